@@ -1,0 +1,291 @@
+"""The one validated, frozen run configuration, and how it is built.
+
+Every way of starting work (CLI flags, YAML presets, ``--set`` overrides, Optuna trials,
+reproductions) produces a ``RunConfig`` through :func:`build_config`. Each component
+(model, embedding method, dataset, task) names a registry entry whose ``Options``
+pydantic class validates and fills in its options, so the resolved config is complete.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from suite.errors import ConfigError
+from suite.registry import DATASETS, EMBEDDINGS, MODELS, TASKS, Registry
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NoOptions(Frozen):
+    """Options of an entry that takes none."""
+
+
+def format_validation_error(error: ValidationError, prefix: str = "") -> str:
+    """One line per problem, ``field.path: message``, joined by '; '."""
+    parts = []
+    for item in error.errors():
+        loc = ".".join(str(p) for p in item["loc"] if p != "__root__")
+        loc = f"{prefix}{loc}" if loc else prefix.rstrip(".")
+        msg = item["msg"].removeprefix("Value error, ")
+        allowed = item.get("ctx", {}).get("expected")
+        if msg.startswith(("options.", "protocol:")):
+            loc, msg = f"{loc}.{msg.split(':', 1)[0]}", msg.split(":", 1)[1].strip()
+        parts.append(f"{loc}: {msg}" + (f" (allowed: {allowed})" if allowed and allowed not in msg else ""))
+    return "; ".join(parts)
+
+
+class ComponentSpec(Frozen):
+    """A registry name plus that entry's options, validated by its ``Options`` class."""
+
+    registry: ClassVar[Registry[Any]]
+    default_name: ClassVar[str]
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_options(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            data = {"name": data}
+        if not isinstance(data, dict):
+            return data
+        if "name" not in data:
+            data = {**data, "name": cls.default_name}
+        name = data["name"]
+        if name not in cls.registry:
+            raise ValueError(cls.registry.unknown_message(str(name)))
+        options_cls = getattr(cls.registry.get(name), "Options", NoOptions)
+        raw = data.get("options") or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"options must be a mapping, got {type(raw).__name__}")
+        try:
+            resolved = options_cls.model_validate(raw)
+        except ValidationError as exc:
+            raise ValueError(format_validation_error(exc, "options.")) from None
+        return {**data, "options": resolved.model_dump(mode="json")}
+
+    def typed_options(self) -> Any:
+        """The options as the entry's typed ``Options`` object."""
+        options_cls = getattr(self.registry.get(self.name), "Options", NoOptions)
+        return options_cls.model_validate(self.options)
+
+
+class ModelSpec(ComponentSpec):
+    registry = MODELS
+    default_name = "dlrm"
+
+
+class EmbeddingSpec(ComponentSpec):
+    registry = EMBEDDINGS
+    default_name = "full"
+
+
+class TaskSpec(ComponentSpec):
+    registry = TASKS
+    default_name = "accuracy"
+
+
+class DatasetSpec(ComponentSpec):
+    """A dataset: its name, split protocol and options; where raw files and the prepared
+    cache live are paths, not part of the run's identity."""
+
+    registry = DATASETS
+    default_name = "criteo-synth"
+    protocol: str | None = None
+    raw: str | None = None
+    cache_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _check_protocol(self) -> DatasetSpec:
+        source = self.registry.get(self.name)
+        protocols = list(getattr(source, "protocols", {}) or {})
+        if self.protocol is None:
+            object.__setattr__(self, "protocol", getattr(source, "default_protocol", None))
+        elif protocols and self.protocol not in protocols:
+            raise ValueError(
+                f"protocol: unknown protocol {self.protocol!r} for dataset {self.name!r} "
+                f"(allowed: {', '.join(protocols)})"
+            )
+        return self
+
+
+class TrainConfig(Frozen):
+    """The training budget and optimizers."""
+
+    epochs: int = Field(1, ge=1)
+    max_steps: int | None = Field(None, ge=1, description="stop after this many steps")
+    batch_size: int = Field(256, ge=1)
+    eval_batch_size: int = Field(8192, ge=1)
+    dense_optimizer: Literal["adam", "adagrad", "sgd"] = "adam"
+    dense_lr: float = Field(1e-3, gt=0)
+    sparse_optimizer: Literal["rowwise_adagrad", "adagrad", "sgd"] = "rowwise_adagrad"
+    sparse_lr: float = Field(0.05, gt=0)
+    eval_every_steps: int | None = Field(None, ge=1, description="validate every N steps too")
+    checkpoint: Literal["best", "final"] = "best"
+    shuffle: bool = True
+    threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's")
+    progress: bool = True
+
+
+class TrackingConfig(Frozen):
+    """Where the run is recorded; not part of the run's identity."""
+
+    enabled: bool = True
+    uri: str | None = None
+    experiment: str = "recsuite"
+    results_dir: str = "results/runs"
+    run_name: str | None = None
+
+
+class RunConfig(Frozen):
+    """The whole definition of one run."""
+
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec())
+    embedding: EmbeddingSpec = Field(default_factory=lambda: EmbeddingSpec())
+    dataset: DatasetSpec = Field(default_factory=lambda: DatasetSpec())
+    task: TaskSpec = Field(default_factory=lambda: TaskSpec())
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    seed: int = 0
+    device: Literal["cpu", "cuda"] = "cpu"
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that define the run's result (paths and tracking left out)."""
+        data = self.model_dump(mode="json", exclude={"tracking": True})
+        for key in ("raw", "cache_dir"):
+            data["dataset"].pop(key, None)
+        data["train"].pop("progress", None)
+        return data
+
+    def config_hash(self) -> str:
+        """Stable hash of the identity's canonical JSON (16 hex digits)."""
+        return stable_hash(self.identity())
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
+        """A new config with dotted-key overrides applied and validated again."""
+        data = self.model_dump(mode="json")
+        for key, value in overrides.items():
+            set_dotted(data, key, value)
+        return validate_config(data)
+
+
+def stable_hash(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def validate_config(data: dict[str, Any], source: str = "config") -> RunConfig:
+    """Validate a plain dict into a ``RunConfig``; errors name the field."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid {source}: {format_validation_error(exc)}") from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping safely; errors name the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"malformed YAML in {where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``data[a][b][c] = value`` for key ``a.b.c``, creating mappings on the way."""
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: {part!r} is not a mapping")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``dotted.key=value``; the value is read as YAML (numbers, lists, ...)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects dotted.key=value, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def _set_component(data: dict[str, Any], field: str, name: str) -> None:
+    current = data.get(field)
+    current_name = current.get("name") if isinstance(current, dict) else current
+    if current_name != name:
+        # options written for another entry do not apply to this one
+        data[field] = {"name": name, **_keep_paths(current)}
+    else:
+        data[field] = {**(current if isinstance(current, dict) else {}), "name": name}
+
+
+def _keep_paths(spec: Any) -> dict[str, Any]:
+    if not isinstance(spec, dict):
+        return {}
+    return {k: v for k, v in spec.items() if k in ("raw", "cache_dir")}
+
+
+def build_config(
+    config_files: list[str | Path] | None = None,
+    components: dict[str, str | None] | None = None,
+    values: dict[str, Any] | None = None,
+    overrides: list[str] | None = None,
+) -> RunConfig:
+    """Resolve a ``RunConfig``: YAML files (later ones win), then component names
+    (model/embedding/dataset/task), then plain dotted values, then ``--set`` strings."""
+    data: dict[str, Any] = {}
+    for path in config_files or []:
+        data = deep_merge(data, load_yaml(path))
+    for field, name in (components or {}).items():
+        if name is not None:
+            _set_component(data, field, name)
+    for key, value in (values or {}).items():
+        if value is not None:
+            set_dotted(data, key, value)
+    for text in overrides or []:
+        key, value = parse_override(text)
+        set_dotted(data, key, value)
+    source = ", ".join(str(p) for p in config_files or []) or "config"
+    return validate_config(data, source)
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out

@@ -1,0 +1,1 @@
+"""Registered datasets; each module registers its own entries with ``DATASETS``."""

@@ -1,0 +1,178 @@
+"""The embedding-method interface and its usual shape: index transform -> physical
+tables -> combine.
+
+Hashing, QR and mixed-dim are each a transform and a combine over :class:`PhysicalTables`,
+so they share the fast kernel; a method whose storage is its point (FIITED) implements
+:class:`EmbeddingMethod` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from suite.embeddings.tables import Backend, PhysicalTables, SparseOptimizer
+
+
+class EmbeddingOptions(BaseModel):
+    """Options every embedding method has."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dim: int = Field(16, ge=1, description="embedding dim D the backbone sees")
+    backend: Backend = Field("fbgemm", description="fbgemm table-batched kernel, or torch.nn")
+
+
+@dataclass(frozen=True)
+class EmbeddingContext:
+    """What a method may need from the data and the run to build itself."""
+
+    cardinalities: list[int]
+    device: torch.device
+    seed: int
+    sparse_optimizer: SparseOptimizer = "rowwise_adagrad"
+    sparse_lr: float = 0.05
+    feature_counts: Callable[[], list[np.ndarray]] | None = None
+    """Lazily computed id popularity per feature on the training split."""
+
+
+@dataclass(frozen=True)
+class EmbeddingBytes:
+    """Memory a method really holds, in bytes."""
+
+    parameters: int
+    auxiliary: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.auxiliary + self.optimizer
+
+
+class EmbeddingMethod(nn.Module):
+    """Maps ``sparse [B, F]`` int64 ids to ``[B, F, dim]`` float32 vectors."""
+
+    dim: int
+
+    def memory(self) -> EmbeddingBytes:
+        """Bytes of parameters, auxiliary structures and optimizer state."""
+        raise NotImplementedError
+
+    def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
+        """The real tensors behind :meth:`memory`, by the same three keys."""
+        raise NotImplementedError
+
+    def fused_modules(self) -> list[nn.Module]:
+        """Modules whose parameters a kernel updates itself (no torch optimizer)."""
+        return []
+
+    def sparse_parameters(self) -> list[nn.Parameter]:
+        """Parameters with sparse gradients (need a sparse torch optimizer)."""
+        return []
+
+    def after_step(self, step: int) -> None:
+        """Hook called after every optimizer step (e.g. to prune)."""
+
+    def flops_per_example(self) -> int:
+        """Forward FLOPs per example spent by the method itself (combines, projections)."""
+        return 0
+
+
+class IndexTransform(nn.Module):
+    """Maps ``sparse [B, F]`` to ``ids [B, T]`` into ``T`` physical tables."""
+
+    def table_rows(self) -> list[int]:
+        raise NotImplementedError
+
+    def auxiliary_tensors(self) -> list[torch.Tensor]:
+        """Index maps or other tensors the transform keeps (counted as auxiliary)."""
+        return []
+
+
+class Combine(nn.Module):
+    """Maps looked-up rows ``[B, sum(dims)]`` to ``[B, F, D]``; may own dense parameters."""
+
+    def table_dims(self) -> list[int]:
+        raise NotImplementedError
+
+    def flops_per_example(self) -> int:
+        return 0
+
+
+class IdentityTransform(IndexTransform):
+    """One table per feature, ids unchanged."""
+
+    def __init__(self, cardinalities: list[int]) -> None:
+        super().__init__()
+        self.cardinalities = list(cardinalities)
+
+    def table_rows(self) -> list[int]:
+        return self.cardinalities
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        return sparse
+
+
+class StackCombine(Combine):
+    """``[B, F*D] -> [B, F, D]``: one table of dim ``D`` per feature."""
+
+    def __init__(self, num_features: int, dim: int) -> None:
+        super().__init__()
+        self.num_features, self.dim = num_features, dim
+
+    def table_dims(self) -> list[int]:
+        return [self.dim] * self.num_features
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows.view(rows.shape[0], self.num_features, self.dim)
+
+
+class ComposedEmbedding(EmbeddingMethod):
+    """transform -> one :class:`PhysicalTables` -> combine."""
+
+    def __init__(
+        self,
+        transform: IndexTransform,
+        combine: Combine,
+        dim: int,
+        context: EmbeddingContext,
+        backend: Backend = "fbgemm",
+    ) -> None:
+        super().__init__()
+        self.dim = dim
+        self.transform = transform
+        self.combine = combine
+        self.tables = PhysicalTables(
+            transform.table_rows(), combine.table_dims(), backend=backend,
+            optimizer=context.sparse_optimizer, learning_rate=context.sparse_lr,
+            device=context.device, seed=context.seed,
+        )
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        return self.combine(self.tables(self.transform(sparse)))
+
+    def memory(self) -> EmbeddingBytes:
+        aux = sum(t.nbytes for t in self.transform.auxiliary_tensors())
+        return EmbeddingBytes(self.tables.parameter_bytes(), aux, self.tables.optimizer_bytes())
+
+    def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
+        tensors = self.tables.storage_tensors()
+        return {**tensors, "auxiliary": self.transform.auxiliary_tensors()}
+
+    def fused_modules(self) -> list[nn.Module]:
+        return [self.tables] if self.tables.fused else []
+
+    def sparse_parameters(self) -> list[nn.Parameter]:
+        return self.tables.sparse_parameters()
+
+    def flops_per_example(self) -> int:
+        return self.combine.flops_per_example()
+
+
+

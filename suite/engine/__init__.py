@@ -1,0 +1,1 @@
+"""Building models from a config, training, evaluation and the one run path."""

@@ -1,0 +1,49 @@
+"""From a resolved config and a prepared dataset to a model on its device."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from suite.config import RunConfig
+from suite.data.prepared import PreparedDataset
+from suite.embeddings.base import EmbeddingContext
+from suite.errors import ConfigError
+from suite.models.base import RecModel
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: 'cuda' was asked for but no CUDA device is available (allowed here: cpu)")
+    return torch.device(name)
+
+
+def seed_everything(seed: int, threads: int | None = None) -> None:
+    """Seed python, numpy and torch; fix torch's CPU thread count when given."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def build_model(config: RunConfig, data: PreparedDataset) -> RecModel:
+    """The config's embedding method and backbone, seeded from ``config.seed``."""
+    device = resolve_device(config.device)
+    seed_everything(config.seed, config.train.threads)
+    schema = data.schema
+    context = EmbeddingContext(
+        cardinalities=schema.cardinalities,
+        device=device,
+        seed=config.seed,
+        sparse_optimizer=config.train.sparse_optimizer,
+        sparse_lr=config.train.sparse_lr,
+        feature_counts=lambda: data.feature_counts("train"),
+    )
+    embedding_cls = config.embedding.registry.get(config.embedding.name)
+    embedding = embedding_cls(config.embedding.typed_options(), context)
+    backbone_cls = config.model.registry.get(config.model.name)
+    backbone = backbone_cls(schema.num_dense, schema.num_sparse, embedding.dim, config.model.typed_options())
+    return RecModel(embedding, backbone.to(device))

@@ -1,0 +1,109 @@
+"""The one run path: resolved config -> prepared data -> task -> MLflow + results JSON."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from suite.config import RunConfig
+from suite.data.source import get_prepared
+from suite.engine.build import resolve_device, seed_everything
+from suite.environment import environment
+from suite.tasks.base import RunContext, TaskResult, now_iso
+from suite.tracking import Tracker, flatten
+
+
+def result_path(config: RunConfig) -> Path:
+    """Default place of a run's result JSON under ``tracking.results_dir``."""
+    name = f"{config.model.name}-{config.embedding.name}-{config.config_hash()}-seed{config.seed}.json"
+    return Path(config.tracking.results_dir) / config.task.name / config.dataset.name / name
+
+
+def run_tags(config: RunConfig, fingerprint: str, env: dict[str, Any]) -> dict[str, str]:
+    return {
+        "suite.config_hash": config.config_hash(),
+        "suite.data_fingerprint": fingerprint,
+        "suite.task": config.task.name,
+        "suite.model": config.model.name,
+        "suite.embedding": config.embedding.name,
+        "suite.dataset": config.dataset.name,
+        "suite.protocol": str(config.dataset.protocol),
+        "suite.seed": str(config.seed),
+        "suite.git_commit": str(env["git_commit"]),
+        "suite.version": str(env["suite_version"]),
+        "torch.version": str(env["torch"]),
+        "fbgemm.version": str(env["fbgemm"]),
+        "suite.device": str(env["device"]),
+        "suite.device_name": str(env["device_name"]),
+    }
+
+
+def execute(
+    config: RunConfig,
+    out: str | Path | None = None,
+    parent_run_id: str | None = None,
+    extra_tags: dict[str, str] | None = None,
+    on_validation: Callable[[dict[str, float], int], None] | None = None,
+) -> TaskResult:
+    """Run ``config``'s task and record it.
+
+    Everything that can fail on user input (device, dataset preparation) is checked
+    before the MLflow run is created; a failure after that marks the run FAILED.
+    """
+    started = time.perf_counter()
+    device = resolve_device(config.device)
+    seed_everything(config.seed, config.train.threads)
+    data = get_prepared(config.dataset, progress=config.train.progress)
+    task = config.task.registry.get(config.task.name)()
+    env = environment(config.device)
+
+    tracker: Tracker | None = None
+    if config.tracking.enabled:
+        tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
+        name = config.tracking.run_name or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}-s{config.seed}"
+        tracker = Tracker.start(config.tracking.uri, config.tracking.experiment, name, tags, parent_run_id)
+    try:
+        if tracker:
+            tracker.log_params(flatten(config.identity()))
+            tracker.log_text(config.to_yaml(), "config.yaml")
+
+        def log_metrics(metrics: dict[str, float], step: int) -> None:
+            if tracker:
+                tracker.log_metrics(metrics, step)
+
+        def validation(metrics: dict[str, float], step: int) -> None:
+            log_metrics(metrics, step)
+            if on_validation:
+                on_validation(metrics, step)
+
+        ctx = RunContext(config, data, device, log_metrics, validation)
+        output = task.run(ctx)
+        result = TaskResult(
+            task=config.task.name, model=config.model.name, embedding=config.embedding.name,
+            dataset=config.dataset.name, protocol=config.dataset.protocol, seed=config.seed,
+            config=config.identity(), config_hash=config.config_hash(),
+            data_fingerprint=data.fingerprint, metrics=output.metrics,
+            higher_is_better=output.higher_is_better, details=output.details,
+            environment=env, mlflow_run_id=tracker.run_id if tracker else None,
+            mlflow_tracking_uri=tracker.uri if tracker else None,
+            created=now_iso(), duration_s=round(time.perf_counter() - started, 3),
+        )
+        result.write(out or result_path(config))
+        if tracker:
+            tracker.log_metrics(output.metrics)
+            tracker.log_text(result.model_dump_json(indent=2), "result.json")
+            tracker.log_text(_json(env), "environment.json")
+            tracker.finish()
+        return result
+    except BaseException:
+        if tracker:
+            tracker.fail()
+        raise
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, indent=2, sort_keys=True)

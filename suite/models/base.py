@@ -1,0 +1,82 @@
+"""Backbone interface, MLP helper, layer-spec parsing, and the composed model."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import torch
+from pydantic import BeforeValidator
+from torch import nn
+
+from suite.embeddings.base import EmbeddingMethod
+
+
+def parse_layers(value: Any) -> list[int]:
+    """Accept ``"512-256-64"`` (the DLRM reference's form), ``[512, 256, 64]`` or ``[]``."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return []
+        try:
+            value = [int(part) for part in text.split("-")]
+        except ValueError:
+            raise ValueError(f"layer sizes must look like '512-256-64', got {text!r}") from None
+    if isinstance(value, int):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, int) and v > 0 for v in value):
+        raise ValueError(f"layer sizes must be positive integers, got {value!r}")
+    return list(value)
+
+
+LayerSizes = Annotated[list[int], BeforeValidator(parse_layers)]
+
+
+def mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
+    """Linear layers ``sizes[0] -> sizes[1] -> ...`` with ReLU between (and after the last
+    one when ``final_activation``)."""
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        layers.append(nn.Linear(fan_in, fan_out))
+        if final_activation or i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def linear_flops(module: nn.Module) -> int:
+    """Forward FLOPs per example of every ``nn.Linear`` in ``module`` (2 per MAC)."""
+    return sum(2 * m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
+
+
+class Backbone(nn.Module):
+    """An interaction architecture. Subclasses take ``(num_dense, num_sparse, dim, options)``.
+
+    ``forward(dense [B, Dd], embedded [B, F, D]) -> logits [B]``.
+    """
+
+    def flops_per_example(self) -> int:
+        """Forward FLOPs per example (multiply and add counted as 2)."""
+        raise NotImplementedError
+
+
+class RecModel(nn.Module):
+    """An embedding method feeding a backbone.
+
+    ``forward(dense [B, Dd], sparse [B, F]) -> logits [B]``.
+    """
+
+    def __init__(self, embedding: EmbeddingMethod, backbone: Backbone) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.backbone = backbone
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        return self.backbone(dense, self.embedding(sparse))
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Parameters a dense torch optimizer updates: all but fused and sparse ones."""
+        skip = {id(p) for m in self.embedding.fused_modules() for p in m.parameters()}
+        skip |= {id(p) for p in self.embedding.sparse_parameters()}
+        return [p for p in self.parameters() if p.requires_grad and id(p) not in skip]
+
+    def flops_per_example(self) -> int:
+        return self.backbone.flops_per_example() + self.embedding.flops_per_example()

@@ -1,0 +1,1 @@
+"""Tasks: what a run measures. Each module registers its task with ``TASKS``."""

@@ -1,0 +1,48 @@
+"""Shared fixtures: an isolated cache and MLflow store per test, tiny synthetic configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from suite.config import RunConfig, build_config
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# Small enough that a full train + eval takes a second or two on 2 cores.
+TINY_DATA = {
+    "train_rows": 4000, "val_rows": 1000, "test_rows": 1000, "vocab_scale": 0.0002, "keep_below": 200,
+}
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own prepared-data cache, MLflow store and working directory."""
+    monkeypatch.setenv("RECSUITE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    torch.set_num_threads(1)
+    return tmp_path
+
+
+def tiny_config(
+    dataset: str = "criteo-synth",
+    model: str = "dlrm",
+    embedding: str = "full",
+    task: str = "accuracy",
+    tracking: bool = False,
+    overrides: list[str] | None = None,
+) -> RunConfig:
+    """A config on a tiny synthetic dataset, one epoch, no progress bars."""
+    data_overrides = [f"dataset.options.{k}={v}" for k, v in TINY_DATA.items()]
+    return build_config(
+        components={"model": model, "embedding": embedding, "dataset": dataset, "task": task},
+        values={"train.batch_size": 128, "train.progress": False, "tracking.enabled": tracking, "train.threads": 1},
+        overrides=data_overrides + (overrides or []),
+    )
+
+
+def tracking_uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
