@@ -14,7 +14,8 @@ from suite.errors import SuiteError
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="suite", description="recsuite: benchmark DLRM-family models and embedding compression.",
+        prog="suite",
+        description="recsuite: benchmark DLRM-family models and embedding compression.",
     )
     parser.add_argument("--version", action="version", version=f"recsuite {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

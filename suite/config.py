@@ -39,7 +39,9 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
         allowed = item.get("ctx", {}).get("expected")
         if msg.startswith(("options.", "protocol:")):
             loc, msg = f"{loc}.{msg.split(':', 1)[0]}", msg.split(":", 1)[1].strip()
-        parts.append(f"{loc}: {msg}" + (f" (allowed: {allowed})" if allowed and allowed not in msg else ""))
+        parts.append(
+            f"{loc}: {msg}" + (f" (allowed: {allowed})" if allowed and allowed not in msg else "")
+        )
     return "; ".join(parts)
 
 

@@ -13,7 +13,11 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # Small enough that a full train + eval takes a second or two on 2 cores.
 TINY_DATA = {
-    "train_rows": 4000, "val_rows": 1000, "test_rows": 1000, "vocab_scale": 0.0002, "keep_below": 200,
+    "train_rows": 4000,
+    "val_rows": 1000,
+    "test_rows": 1000,
+    "vocab_scale": 0.0002,
+    "keep_below": 200,
 }
 
 
@@ -39,7 +43,12 @@ def tiny_config(
     data_overrides = [f"dataset.options.{k}={v}" for k, v in TINY_DATA.items()]
     return build_config(
         components={"model": model, "embedding": embedding, "dataset": dataset, "task": task},
-        values={"train.batch_size": 128, "train.progress": False, "tracking.enabled": tracking, "train.threads": 1},
+        values={
+            "train.batch_size": 128,
+            "train.progress": False,
+            "tracking.enabled": tracking,
+            "train.threads": 1,
+        },
         overrides=data_overrides + (overrides or []),
     )
 

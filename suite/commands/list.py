@@ -8,9 +8,14 @@ from suite.registry import ALL_REGISTRIES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("list", help="list models, embedding methods, datasets and tasks",
-                                   description="List every registry with a one-line description per entry.")
-    parser.add_argument("registry", nargs="?", choices=sorted(ALL_REGISTRIES), help="only this registry")
+    parser = subparsers.add_parser(
+        "list",
+        help="list models, embedding methods, datasets and tasks",
+        description="List every registry with a one-line description per entry.",
+    )
+    parser.add_argument(
+        "registry", nargs="?", choices=sorted(ALL_REGISTRIES), help="only this registry"
+    )
     parser.set_defaults(handler=handle)
 
 

@@ -12,22 +12,87 @@ from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.schema import FeatureSchema
 from suite.data.source import DatasetSource
 from suite.data.synthetic import SyntheticProfile, TeacherSettings, generate
+from suite.engine.metrics import roc_auc
 from suite.registry import DATASETS
 
 # Vocabulary sizes of the real datasets (Criteo Kaggle as counted by the DLRM reference).
 CRITEO_CARDINALITIES = [
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
 ]
 AVAZU_FIELDS = [
-    "C1", "banner_pos", "site_id", "site_domain", "site_category", "app_id", "app_domain",
-    "app_category", "device_id", "device_ip", "device_model", "device_type",
-    "device_conn_type", "C14", "C15", "C16", "C17", "C18", "C19", "C20", "C21",
-    "hour_of_day", "weekday",
+    "C1",
+    "banner_pos",
+    "site_id",
+    "site_domain",
+    "site_category",
+    "app_id",
+    "app_domain",
+    "app_category",
+    "device_id",
+    "device_ip",
+    "device_model",
+    "device_type",
+    "device_conn_type",
+    "C14",
+    "C15",
+    "C16",
+    "C17",
+    "C18",
+    "C19",
+    "C20",
+    "C21",
+    "hour_of_day",
+    "weekday",
 ]
 AVAZU_CARDINALITIES = [
-    7, 7, 4737, 7745, 26, 8552, 559, 36, 2686408, 6729486, 8251, 5, 4, 2626, 8, 9, 435,
-    4, 68, 172, 60, 24, 7,
+    7,
+    7,
+    4737,
+    7745,
+    26,
+    8552,
+    559,
+    36,
+    2686408,
+    6729486,
+    8251,
+    5,
+    4,
+    2626,
+    8,
+    9,
+    435,
+    4,
+    68,
+    172,
+    60,
+    24,
+    7,
 ]
 MOVIELENS_FIELDS = ["user_id", "item_id", "age", "gender", "occupation", "genre"]
 MOVIELENS_CARDINALITIES = [6040, 3706, 7, 2, 21, 18]  # the shape of ml-1m
@@ -38,9 +103,9 @@ class SyntheticOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    train_rows: int = Field(200_000, ge=10)
-    val_rows: int = Field(25_000, ge=10)
-    test_rows: int = Field(25_000, ge=10)
+    train_rows: int = Field(400_000, ge=10)
+    val_rows: int = Field(50_000, ge=10)
+    test_rows: int = Field(50_000, ge=10)
     vocab_scale: float = Field(0.002, gt=0, le=1, description="scale of large vocabularies")
     keep_below: int = Field(2000, ge=2, description="vocabularies this small keep their real size")
     zipf: float = Field(1.1, gt=0, description="Zipf exponent of id popularity")
@@ -60,27 +125,45 @@ class SyntheticDataset(DatasetSource):
     }
 
     def build(
-        self, options: SyntheticOptions, protocol: str, raw: Path | None, out_dir: Path, progress: bool
+        self,
+        options: SyntheticOptions,
+        protocol: str,
+        raw: Path | None,
+        out_dir: Path,
+        progress: bool,
     ) -> PreparedDataset:
         rows = options.train_rows + options.val_rows + options.test_rows
         settings = TeacherSettings(
-            rows=rows, vocab_scale=options.vocab_scale, keep_below=options.keep_below,
-            zipf=options.zipf, pairs=options.pairs, triples=options.triples,
-            signal=options.signal, seed=options.seed,
+            rows=rows,
+            vocab_scale=options.vocab_scale,
+            keep_below=options.keep_below,
+            zipf=options.zipf,
+            pairs=options.pairs,
+            triples=options.triples,
+            signal=options.signal,
+            seed=options.seed,
         )
-        cards, dense, sparse, label = generate(self.profile, settings)
+        cards, dense, sparse, label, prob = generate(self.profile, settings)
         schema = FeatureSchema(
             dense=self.profile.dense_names, sparse=self.profile.sparse_names, cardinalities=cards
         )
         bounds = np.cumsum([0, options.train_rows, options.val_rows, options.test_rows])
         with PreparedWriter(out_dir, schema) as writer:
-            for split, lo, hi in zip(("train", "val", "test"), bounds[:-1], bounds[1:], strict=True):
+            for split, lo, hi in zip(
+                ("train", "val", "test"), bounds[:-1], bounds[1:], strict=True
+            ):
                 writer.append(split, dense[lo:hi], sparse[lo:hi], label[lo:hi])
-            return writer.finish({
-                "dataset": self.name, "protocol": protocol,
-                "options": options.model_dump(mode="json"), "sources": [],
-                "ctr": {"train": float(label[: options.train_rows].mean())},
-            })
+            return writer.finish(
+                {
+                    "dataset": self.name,
+                    "protocol": protocol,
+                    "options": options.model_dump(mode="json"),
+                    "sources": [],
+                    "ctr": {"train": float(label[: options.train_rows].mean())},
+                    # the best AUC any model can reach: the teacher's own probability
+                    "teacher_test_auc": roc_auc(label[bounds[2] :], prob[bounds[2] :]),
+                }
+            )
 
     @property
     def name(self) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -149,9 +148,13 @@ class ComposedEmbedding(EmbeddingMethod):
         self.transform = transform
         self.combine = combine
         self.tables = PhysicalTables(
-            transform.table_rows(), combine.table_dims(), backend=backend,
-            optimizer=context.sparse_optimizer, learning_rate=context.sparse_lr,
-            device=context.device, seed=context.seed,
+            transform.table_rows(),
+            combine.table_dims(),
+            backend=backend,
+            optimizer=context.sparse_optimizer,
+            learning_rate=context.sparse_lr,
+            device=context.device,
+            seed=context.seed,
         )
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
@@ -173,6 +176,3 @@ class ComposedEmbedding(EmbeddingMethod):
 
     def flops_per_example(self) -> int:
         return self.combine.flops_per_example()
-
-
-

@@ -21,6 +21,9 @@ class FullEmbedding(ComposedEmbedding):
     def __init__(self, options: EmbeddingOptions, context: EmbeddingContext) -> None:
         cards = context.cardinalities
         super().__init__(
-            IdentityTransform(cards), StackCombine(len(cards), options.dim),
-            options.dim, context, backend=options.backend,
+            IdentityTransform(cards),
+            StackCombine(len(cards), options.dim),
+            options.dim,
+            context,
+            backend=options.backend,
         )

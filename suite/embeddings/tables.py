@@ -28,7 +28,13 @@ def _fbgemm():
             ComputeDevice,
             SplitTableBatchedEmbeddingBagsCodegen,
         )
-    return EmbOptimType, EmbeddingLocation, PoolingMode, ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen
+    return (
+        EmbOptimType,
+        EmbeddingLocation,
+        PoolingMode,
+        ComputeDevice,
+        SplitTableBatchedEmbeddingBagsCodegen,
+    )
 
 
 def optimizer_state_floats(rows: int, dim: int, optimizer: SparseOptimizer) -> int:
@@ -89,7 +95,12 @@ class PhysicalTables(nn.Module):
         emb_optim, location, pooling, compute, tbe = _fbgemm()
         on_gpu = device.type == "cuda"
         specs = [
-            (n, d, location.DEVICE if on_gpu else location.HOST, compute.CUDA if on_gpu else compute.CPU)
+            (
+                n,
+                d,
+                location.DEVICE if on_gpu else location.HOST,
+                compute.CUDA if on_gpu else compute.CPU,
+            )
             for n, d in zip(self.rows, self.dims, strict=True)
         ]
         kind = {
@@ -100,8 +111,12 @@ class PhysicalTables(nn.Module):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return tbe(
-                specs, optimizer=kind, learning_rate=learning_rate, eps=ADAGRAD_EPS,
-                pooling_mode=pooling.SUM, device=device,
+                specs,
+                optimizer=kind,
+                learning_rate=learning_rate,
+                eps=ADAGRAD_EPS,
+                pooling_mode=pooling.SUM,
+                device=device,
             )
 
     @property
@@ -142,8 +157,14 @@ class PhysicalTables(nn.Module):
         """The real tensors behind :meth:`parameter_bytes` and :meth:`optimizer_bytes`."""
         if self.kernel is not None:
             states = [s for table in self.kernel.split_optimizer_states() for s in table]
-            return {"parameters": [self.kernel.weights_host if self.kernel.weights_host.numel()
-                                   else self.kernel.weights_dev], "optimizer": states}
+            return {
+                "parameters": [
+                    self.kernel.weights_host
+                    if self.kernel.weights_host.numel()
+                    else self.kernel.weights_dev
+                ],
+                "optimizer": states,
+            }
         return {"parameters": [bag.weight for bag in self.bags or []], "optimizer": []}
 
 

@@ -16,7 +16,9 @@ from suite.models.base import RecModel
 
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: 'cuda' was asked for but no CUDA device is available (allowed here: cpu)")
+        raise ConfigError(
+            "device: 'cuda' was asked for but no CUDA device is available (allowed here: cpu)"
+        )
     return torch.device(name)
 
 
@@ -45,5 +47,7 @@ def build_model(config: RunConfig, data: PreparedDataset) -> RecModel:
     embedding_cls = config.embedding.registry.get(config.embedding.name)
     embedding = embedding_cls(config.embedding.typed_options(), context)
     backbone_cls = config.model.registry.get(config.model.name)
-    backbone = backbone_cls(schema.num_dense, schema.num_sparse, embedding.dim, config.model.typed_options())
+    backbone = backbone_cls(
+        schema.num_dense, schema.num_sparse, embedding.dim, config.model.typed_options()
+    )
     return RecModel(embedding, backbone.to(device))

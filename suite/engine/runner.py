@@ -17,7 +17,9 @@ from suite.tracking import Tracker, flatten
 
 def result_path(config: RunConfig) -> Path:
     """Default place of a run's result JSON under ``tracking.results_dir``."""
-    name = f"{config.model.name}-{config.embedding.name}-{config.config_hash()}-seed{config.seed}.json"
+    name = (
+        f"{config.model.name}-{config.embedding.name}-{config.config_hash()}-seed{config.seed}.json"
+    )
     return Path(config.tracking.results_dir) / config.task.name / config.dataset.name / name
 
 
@@ -62,8 +64,13 @@ def execute(
     tracker: Tracker | None = None
     if config.tracking.enabled:
         tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
-        name = config.tracking.run_name or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}-s{config.seed}"
-        tracker = Tracker.start(config.tracking.uri, config.tracking.experiment, name, tags, parent_run_id)
+        name = (
+            config.tracking.run_name
+            or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}-s{config.seed}"
+        )
+        tracker = Tracker.start(
+            config.tracking.uri, config.tracking.experiment, name, tags, parent_run_id
+        )
     try:
         if tracker:
             tracker.log_params(flatten(config.identity()))
@@ -81,16 +88,27 @@ def execute(
         ctx = RunContext(config, data, device, log_metrics, validation)
         output = task.run(ctx)
         result = TaskResult(
-            task=config.task.name, model=config.model.name, embedding=config.embedding.name,
-            dataset=config.dataset.name, protocol=config.dataset.protocol, seed=config.seed,
-            config=config.identity(), config_hash=config.config_hash(),
-            data_fingerprint=data.fingerprint, metrics=output.metrics,
-            higher_is_better=output.higher_is_better, details=output.details,
-            environment=env, mlflow_run_id=tracker.run_id if tracker else None,
+            task=config.task.name,
+            model=config.model.name,
+            embedding=config.embedding.name,
+            dataset=config.dataset.name,
+            protocol=config.dataset.protocol,
+            seed=config.seed,
+            config=config.identity(),
+            config_hash=config.config_hash(),
+            data_fingerprint=data.fingerprint,
+            metrics=output.metrics,
+            higher_is_better=output.higher_is_better,
+            details=output.details,
+            environment=env,
+            mlflow_run_id=tracker.run_id if tracker else None,
             mlflow_tracking_uri=tracker.uri if tracker else None,
-            created=now_iso(), duration_s=round(time.perf_counter() - started, 3),
+            created=now_iso(),
+            duration_s=round(time.perf_counter() - started, 3),
         )
-        result.write(out or result_path(config))
+        result.write(result_path(config))
+        if out:
+            result.write(out)
         if tracker:
             tracker.log_metrics(output.metrics)
             tracker.log_text(result.model_dump_json(indent=2), "result.json")

@@ -44,7 +44,9 @@ def mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
 
 def linear_flops(module: nn.Module) -> int:
     """Forward FLOPs per example of every ``nn.Linear`` in ``module`` (2 per MAC)."""
-    return sum(2 * m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
+    return sum(
+        2 * m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear)
+    )
 
 
 class Backbone(nn.Module):
@@ -80,3 +82,9 @@ class RecModel(nn.Module):
 
     def flops_per_example(self) -> int:
         return self.backbone.flops_per_example() + self.embedding.flops_per_example()
+
+
+def training_flops(model: RecModel, examples: int) -> int:
+    """Training FLOPs for ``examples`` examples: forward + backward = 3 x forward (the
+    backward pass costs about two forwards: gradients of activations and of weights)."""
+    return 3 * model.flops_per_example() * examples

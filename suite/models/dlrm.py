@@ -37,10 +37,14 @@ class DLRM(Backbone):
         super().__init__()
         self.options = options
         self.num_dense = num_dense
-        self.bottom = mlp([num_dense, *options.bottom_mlp, dim], final_activation=True) if num_dense else None
+        self.bottom = (
+            mlp([num_dense, *options.bottom_mlp, dim], final_activation=True) if num_dense else None
+        )
         vectors = num_sparse + (1 if num_dense else 0)
         if options.interaction == "dot":
-            rows, cols = torch.tril_indices(vectors, vectors, offset=0 if options.interaction_self else -1)
+            rows, cols = torch.tril_indices(
+                vectors, vectors, offset=0 if options.interaction_self else -1
+            )
             self.register_buffer("pair_rows", rows, persistent=False)
             self.register_buffer("pair_cols", cols, persistent=False)
             top_in = len(rows) + (dim if num_dense else 0)

@@ -15,23 +15,39 @@ class AccuracyTask(Task):
         cfg = ctx.config
         model = ctx.build_model()
         outcome = train(
-            model, ctx.data, cfg.train, cfg.seed, ctx.device,
-            on_train_metrics=ctx.log_metrics, on_validation=ctx.on_validation,
+            model,
+            ctx.data,
+            cfg.train,
+            cfg.seed,
+            ctx.device,
+            on_train_metrics=ctx.log_metrics,
+            on_validation=ctx.on_validation,
         )
         progress = cfg.train.progress
-        val = evaluate(model, ctx.data.split("val"), cfg.train.eval_batch_size, ctx.device, progress, "val")
-        test = evaluate(model, ctx.data.split("test"), cfg.train.eval_batch_size, ctx.device, progress, "test")
+        val = evaluate(
+            model, ctx.data.split("val"), cfg.train.eval_batch_size, ctx.device, progress, "val"
+        )
+        test = evaluate(
+            model, ctx.data.split("test"), cfg.train.eval_batch_size, ctx.device, progress, "test"
+        )
         memory = model.embedding.memory()
         metrics = {
-            "val_auc": val["auc"], "val_logloss": val["logloss"],
-            "test_auc": test["auc"], "test_logloss": test["logloss"],
+            "val_auc": val["auc"],
+            "val_logloss": val["logloss"],
+            "test_auc": test["auc"],
+            "test_logloss": test["logloss"],
             "train_samples_per_s": outcome.samples_per_second,
             "embedding_bytes": float(memory.parameters + memory.auxiliary),
             "flops_per_example": float(model.flops_per_example()),
         }
         higher = {
-            "val_auc": True, "val_logloss": False, "test_auc": True, "test_logloss": False,
-            "train_samples_per_s": True, "embedding_bytes": False, "flops_per_example": False,
+            "val_auc": True,
+            "val_logloss": False,
+            "test_auc": True,
+            "test_logloss": False,
+            "train_samples_per_s": True,
+            "embedding_bytes": False,
+            "flops_per_example": False,
         }
         details = {
             "checkpoint": outcome.checkpoint,
@@ -41,8 +57,11 @@ class AccuracyTask(Task):
             "train_seconds": outcome.seconds,
             "validation_history": outcome.history,
             "embedding_memory": {
-                "parameters": memory.parameters, "auxiliary": memory.auxiliary, "optimizer": memory.optimizer,
+                "parameters": memory.parameters,
+                "auxiliary": memory.auxiliary,
+                "optimizer": memory.optimizer,
             },
-            "test_pred_ctr": test["pred_ctr"], "test_ctr": test["ctr"],
+            "test_pred_ctr": test["pred_ctr"],
+            "test_ctr": test["ctr"],
         }
         return TaskOutput(metrics, higher, details)

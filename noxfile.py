@@ -1,0 +1,121 @@
+"""Sessions: tests, tests_slow, lint, reproduce, bench, study, submit.
+
+A fresh machine needs only Python 3.11+ and pip: ``python3 -m pip install nox`` then
+``nox -s <session>``. Each session installs the suite with the fbgemm wheel that fits
+the machine (``fbgemm-gpu`` where ``nvidia-smi`` answers, else ``fbgemm-gpu-cpu``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+
+# Debian packages for the tests that drive a real browser and a real PostgreSQL server.
+SYSTEM_PACKAGES = ["chromium", "chromium-driver", "postgresql"]
+
+
+def has_cuda() -> bool:
+    if not shutil.which("nvidia-smi"):
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def install_suite(session: nox.Session, extras: str = "dev") -> None:
+    """torch first (pip takes a local wheel where the machine has one), then the suite."""
+    flavour = "cuda" if has_cuda() else "cpu"
+    session.install("torch==2.13.0")
+    session.install("-e", f".[{flavour},{extras}]")
+
+
+def install_system_packages(session: nox.Session) -> None:
+    """Install the browser and database the tests use, where we may (root with apt-get)."""
+    missing = [
+        p
+        for p, exe in zip(
+            SYSTEM_PACKAGES, ["chromium", "chromedriver", "pg_ctlcluster"], strict=True
+        )
+        if not shutil.which(exe)
+    ]
+    if not missing:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        session.warn(f"not root or no apt-get: tests needing {', '.join(missing)} will be skipped")
+        return
+    session.run("apt-get", "update", "-qq", external=True)
+    session.run(
+        "apt-get",
+        "install",
+        "-y",
+        "-qq",
+        "--no-install-recommends",
+        *SYSTEM_PACKAGES,
+        external=True,
+        env={"DEBIAN_FRONTEND": "noninteractive"},
+    )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default test suite (fast; `slow` tests excluded)."""
+    install_system_packages(session)
+    install_suite(session)
+    session.run("pytest", "-q", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+
+
+@nox.session
+def tests_slow(session: nox.Session) -> None:
+    """The slow tests (longer training runs)."""
+    install_suite(session)
+    session.run("pytest", "-q", "-m", "slow", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff lint and format check."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def reproduce(session: nox.Session) -> None:
+    """The suite's main job on the built-in synthetic data (CPU)."""
+    install_suite(session)
+    session.run("suite", "reproduce", "--profile", "quick", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every benchmark under benchmarks/: tables printed, JSON under results/bench/."""
+    install_suite(session)
+    scripts = sorted(
+        p for p in os.listdir("benchmarks") if p.startswith("bench_") and p.endswith(".py")
+    )
+    for script in scripts:
+        session.run("python", f"benchmarks/{script}", *session.posargs)
+
+
+@nox.session
+def study(session: nox.Session) -> None:
+    """An Optuna study: ``nox -s study -- studies/qr.yaml --workers 2``."""
+    install_suite(session)
+    if not session.posargs:
+        session.error("give a study file: nox -s study -- studies/qr.yaml [--workers N]")
+    session.run("suite", "study", *session.posargs)
+
+
+@nox.session
+def submit(session: nox.Session) -> None:
+    """Build a leaderboard submission, validate all, render: ``nox -s submit -- --parent-run ID``."""
+    install_suite(session)
+    if session.posargs:
+        session.run("suite", "submit", *session.posargs)
+    session.run("suite", "leaderboard", "validate")
+    session.run("suite", "leaderboard", "render")

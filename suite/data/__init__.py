@@ -1,0 +1,1 @@
+"""Prepared arrays, their manifest and fingerprint, and the batch loader."""

@@ -1,0 +1,222 @@
+"""Prepared datasets on disk: flat binary arrays per split plus ``manifest.json``.
+
+Layout of a prepared directory::
+
+    manifest.json              schema, row counts, options, sources, fingerprint
+    <split>.dense.f32          float32 [N, Dd]
+    <split>.sparse.i32|i64     int32/int64 [N, F]
+    <split>.label.f32          float32 [N]
+
+A :class:`PreparedWriter` streams chunks into a temporary directory and publishes it with
+one atomic rename, after the fingerprint is written; a directory without a complete
+manifest is never loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite import __version__
+from suite.data.schema import FeatureSchema
+from suite.errors import DataError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class SplitArrays:
+    """Arrays of one split: ``dense [N, Dd]`` float32, ``sparse [N, F]`` int, ``label [N]``."""
+
+    dense: np.ndarray
+    sparse: np.ndarray
+    label: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.label.shape[0])
+
+
+@dataclass(frozen=True)
+class PreparedDataset:
+    """A prepared dataset: schema, manifest and memory-mapped splits."""
+
+    path: Path | None
+    schema: FeatureSchema
+    manifest: dict[str, Any]
+    splits: dict[str, SplitArrays]
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.manifest["fingerprint"])
+
+    def split(self, name: str) -> SplitArrays:
+        if name not in self.splits:
+            raise DataError(f"prepared dataset has no split {name!r} (has {sorted(self.splits)})")
+        return self.splits[name]
+
+    def feature_counts(self, split: str = "train") -> list[np.ndarray]:
+        """Occurrences of each id per feature in ``split``: a list of int64 ``[n_f]``."""
+        sparse = self.split(split).sparse
+        counts = [np.zeros(n, dtype=np.int64) for n in self.schema.cardinalities]
+        step = 1 << 20
+        for start in range(0, sparse.shape[0], step):
+            chunk = np.asarray(sparse[start : start + step])
+            for f, n in enumerate(self.schema.cardinalities):
+                counts[f] += np.bincount(chunk[:, f], minlength=n)[:n]
+        return counts
+
+
+def _sparse_suffix(dtype: np.dtype) -> str:
+    return "i64" if np.dtype(dtype) == np.int64 else "i32"
+
+
+def _files(split: str, sparse_dtype: np.dtype) -> dict[str, str]:
+    return {
+        "dense": f"{split}.dense.f32",
+        "sparse": f"{split}.sparse.{_sparse_suffix(sparse_dtype)}",
+        "label": f"{split}.label.f32",
+    }
+
+
+class PreparedWriter:
+    """Streams split chunks to a temporary directory, then publishes it atomically.
+
+    Use as a context manager; if the block raises, nothing is published.
+    """
+
+    def __init__(self, out_dir: Path, schema: FeatureSchema, sparse_dtype: Any = np.int32):
+        self.out_dir = Path(out_dir)
+        self.schema = schema
+        self.sparse_dtype = np.dtype(sparse_dtype)
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(
+            tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
+        )
+        self._handles: dict[tuple[str, str], Any] = {}
+        self.rows: dict[str, int] = {}
+
+    def __enter__(self) -> PreparedWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is not None:
+            self.abort()
+
+    def append(self, split: str, dense: np.ndarray, sparse: np.ndarray, label: np.ndarray) -> None:
+        """Append rows: ``dense [n, Dd]``, ``sparse [n, F]``, ``label [n]``."""
+        n = len(label)
+        if dense.shape != (n, self.schema.num_dense) or sparse.shape != (n, self.schema.num_sparse):
+            raise DataError(
+                f"chunk for split {split!r} has shapes dense {dense.shape}, sparse {sparse.shape}, "
+                f"label {label.shape}; expected ({n}, {self.schema.num_dense}) and ({n}, {self.schema.num_sparse})"
+            )
+        arrays = {
+            "dense": np.ascontiguousarray(dense, dtype=np.float32),
+            "sparse": np.ascontiguousarray(sparse, dtype=self.sparse_dtype),
+            "label": np.ascontiguousarray(label, dtype=np.float32),
+        }
+        for kind, name in _files(split, self.sparse_dtype).items():
+            key = (split, kind)
+            if key not in self._handles:
+                self._handles[key] = open(self.tmp / name, "wb")  # noqa: SIM115
+            arrays[kind].tofile(self._handles[key])
+        self.rows[split] = self.rows.get(split, 0) + n
+
+    def abort(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def finish(self, manifest: dict[str, Any]) -> PreparedDataset:
+        """Close files, compute the fingerprint, write the manifest and publish."""
+        for handle in self._handles.values():
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+        full = {
+            **manifest,
+            "format_version": FORMAT_VERSION,
+            "suite_version": __version__,
+            "schema": self.schema.model_dump(),
+            "sparse_dtype": self.sparse_dtype.name,
+            "rows": dict(sorted(self.rows.items())),
+        }
+        full["fingerprint"] = content_fingerprint(
+            self.tmp, self.schema, self.rows, self.sparse_dtype
+        )
+        (self.tmp / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True))
+        _publish(self.tmp, self.out_dir)
+        return load_prepared(self.out_dir)
+
+
+def _publish(tmp: Path, out_dir: Path) -> None:
+    """Replace ``out_dir`` with ``tmp`` so readers see the old or the new, never a mix."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def content_fingerprint(
+    directory: Path, schema: FeatureSchema, rows: dict[str, int], sparse_dtype: np.dtype
+) -> str:
+    """sha256 over the schema, row counts and every array's bytes, in a fixed order."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(schema.model_dump(), sort_keys=True).encode())
+    digest.update(json.dumps(dict(sorted(rows.items())), sort_keys=True).encode())
+    for split in sorted(rows):
+        for _kind, name in sorted(_files(split, sparse_dtype).items()):
+            digest.update(name.encode())
+            with open(directory / name, "rb") as handle:
+                while block := handle.read(1 << 24):
+                    digest.update(block)
+    return digest.hexdigest()
+
+
+def load_prepared(directory: str | Path) -> PreparedDataset:
+    """Memory-map a published prepared directory; refuse incomplete ones."""
+    directory = Path(directory)
+    manifest_path = directory / MANIFEST
+    if not manifest_path.is_file():
+        raise DataError(f"{directory} is not a prepared dataset (no {MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{manifest_path}:{exc.lineno}: corrupt manifest ({exc.msg})") from None
+    if manifest.get("format_version") != FORMAT_VERSION or "fingerprint" not in manifest:
+        raise DataError(f"{manifest_path}: unsupported or incomplete manifest; prepare again")
+    schema = FeatureSchema.model_validate(manifest["schema"])
+    sparse_dtype = np.dtype(manifest["sparse_dtype"])
+    splits = {}
+    for split, n in manifest["rows"].items():
+        files = _files(split, sparse_dtype)
+        shapes = {"dense": (n, schema.num_dense), "sparse": (n, schema.num_sparse), "label": (n,)}
+        dtypes = {"dense": np.float32, "sparse": sparse_dtype, "label": np.float32}
+        arrays = {}
+        for kind, name in files.items():
+            path = directory / name
+            expected = int(np.prod(shapes[kind])) * np.dtype(dtypes[kind]).itemsize
+            if not path.is_file() or path.stat().st_size != expected:
+                raise DataError(
+                    f"{path}: missing or wrong size (expected {expected} bytes); prepare again"
+                )
+            arrays[kind] = (
+                np.memmap(path, dtype=dtypes[kind], mode="r", shape=shapes[kind])
+                if expected
+                else np.zeros(shapes[kind], dtype=dtypes[kind])
+            )
+        splits[split] = SplitArrays(**arrays)
+    return PreparedDataset(directory, schema, manifest, splits)

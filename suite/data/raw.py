@@ -1,0 +1,474 @@
+"""Reading raw text files fast and in bounded memory: line-aligned blocks parsed by pyarrow.
+
+A background thread reads the file (plain or gzip, found by its magic bytes), hashes the
+bytes as they go by (the manifest's sha256 costs no second read) and cuts the stream into
+blocks of whole lines; the main thread parses each block with ``pyarrow.csv.read_csv``
+(explicit column types, both cores). Only when pyarrow rejects a block does slow code run:
+it finds the offending lines by bisection with pyarrow itself, so the rules for a bad row
+are exactly the parser's and the error names the file and line::
+
+    DataError: train.txt:1234: expected 40 columns, got 39
+
+With ``on_bad_rows="skip"`` bad rows are dropped and counted instead. Empty files and
+truncated or corrupt gzip streams are always errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import re
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from suite.errors import DataError
+
+BLOCK_BYTES = 32 << 20
+"""Target size of one parsed block of text (whole lines)."""
+READ_BYTES = 8 << 20
+"""Bytes read from disk at a time by the reader thread."""
+MAX_EXAMPLES = 20
+"""Bad rows described in the manifest (all are counted)."""
+
+OnBadRows = Literal["error", "skip"]
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """How to parse one kind of delimited text file.
+
+    Args:
+        columns: column names in file order.
+        types: a pyarrow type for every column that is converted.
+        delimiter: one-character field separator.
+        header: the first line holds column names (checked against ``columns``).
+        encoding: ``"utf8"`` (checked: undecodable bytes make a bad row) or ``"latin1"``.
+        quoting: fields may be double-quoted (``movies.csv``); off for speed elsewhere.
+        separator: a multi-character separator (``"::"`` in MovieLens-1M) replaced by
+            ``delimiter`` before parsing.
+        include: columns to convert (others are parsed for their count, then dropped).
+    """
+
+    columns: tuple[str, ...]
+    types: dict[str, pa.DataType]
+    delimiter: str = ","
+    header: bool = False
+    encoding: str = "utf8"
+    quoting: bool = False
+    separator: bytes | None = None
+    include: tuple[str, ...] | None = None
+
+    def read_options(self) -> pacsv.ReadOptions:
+        return pacsv.ReadOptions(
+            column_names=list(self.columns), use_threads=True, encoding=self.encoding,
+            block_size=1 << 20,
+        )
+
+    def parse_options(self) -> pacsv.ParseOptions:
+        return pacsv.ParseOptions(
+            delimiter=self.delimiter, quote_char='"' if self.quoting else False,
+            double_quote=self.quoting, ignore_empty_lines=False, newlines_in_values=False,
+        )
+
+    def convert_options(self) -> pacsv.ConvertOptions:
+        return pacsv.ConvertOptions(
+            column_types=self.types, include_columns=list(self.include or self.columns),
+            null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True,
+        )
+
+
+@dataclass
+class BadRows:
+    """Count of skipped rows, per source file, with the first few described."""
+
+    total: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+    examples: list[dict[str, str]] = field(default_factory=list)
+
+    def add(self, origin: str, where: str, reason: str) -> None:
+        self.total += 1
+        self.by_source[origin] = self.by_source.get(origin, 0) + 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append({"where": where, "reason": reason})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "by_source": dict(self.by_source), "examples": list(self.examples)}
+
+
+@dataclass
+class Parsed:
+    """One parsed block: a table of its good rows and where each row came from.
+
+    ``lines[i]`` is the block-relative line of table row ``i`` (``None``: every line kept,
+    in order); file line numbers are ``first_line + lines[i]`` and data-row indices (the
+    row's position among the source's data lines, counting bad ones) ``first_row + lines[i]``.
+    """
+
+    table: pa.Table
+    origin: str
+    first_line: int
+    first_row: int
+    lines: np.ndarray | None
+    on_bad_rows: OnBadRows
+    bad: BadRows
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+    def row_index(self) -> np.ndarray:
+        """int64 ``[n]``: each row's index among its source's data rows."""
+        local = np.arange(self.num_rows, dtype=np.int64) if self.lines is None else self.lines
+        return self.first_row + local
+
+    def where(self, position: int) -> str:
+        local = position if self.lines is None else int(self.lines[position])
+        return f"{self.origin}:{self.first_line + local}"
+
+    def drop(self, bad: np.ndarray, reason: str) -> None:
+        """Handle rows that parsed but are invalid (``bad``: bool ``[n]``): raise a
+        ``DataError`` naming the first one, or drop and count them."""
+        bad = np.asarray(bad, dtype=bool)
+        if not bad.any():
+            return
+        positions = np.flatnonzero(bad)
+        if self.on_bad_rows == "error":
+            raise DataError(f"{self.where(int(positions[0]))}: {reason}")
+        for pos in positions:
+            self.bad.add(self.origin, self.where(int(pos)), reason)
+        keep = ~bad
+        local = np.arange(self.num_rows, dtype=np.int64) if self.lines is None else self.lines
+        self.lines = local[keep]
+        self.table = self.table.filter(pa.array(keep))
+
+
+@dataclass
+class SourceInfo:
+    """What the manifest records of one raw file: name, size, sha256 and data rows."""
+
+    name: str
+    bytes: int = 0
+    sha256: str = ""
+    rows: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "sha256": self.sha256, "rows": self.rows}
+
+
+@dataclass
+class _Block:
+    first_line: int
+    first_row: int
+    data: bytes
+    lines: int
+
+
+class RawReader:
+    """Reads raw files for one prepare; keeps their ``SourceInfo`` and the bad-row count.
+
+    Args:
+        on_bad_rows: ``"error"`` (default): the first bad row raises ``DataError``;
+            ``"skip"``: bad rows are dropped and counted.
+        block_bytes: target size of a parsed block (tests make it tiny).
+    """
+
+    def __init__(self, on_bad_rows: OnBadRows = "error", block_bytes: int = BLOCK_BYTES) -> None:
+        self.on_bad_rows = on_bad_rows
+        self.block_bytes = block_bytes
+        self.bad = BadRows()
+        self.sources: list[SourceInfo] = []
+
+    def read(
+        self,
+        path: Path,
+        fmt: TextFormat | Callable[[list[str]], TextFormat],
+        info: SourceInfo | None = None,
+    ) -> Iterator[Parsed]:
+        """Parse ``path`` block by block. ``fmt`` may be a function of the header's column
+        names (for files whose header decides the layout). The file's ``SourceInfo`` is
+        appended to ``self.sources`` and complete once the iterator is exhausted."""
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"{path}: no such file")
+        info = info or SourceInfo(path.name)
+        self.sources.append(info)
+        has_header = callable(fmt) or fmt.header
+        blocks = _prefetch(lambda: _line_blocks(path, self.block_bytes, has_header, info))
+        header = next(blocks)
+        if has_header:
+            assert isinstance(header, bytes)
+            fmt = _check_header(path, header, fmt)
+        assert isinstance(fmt, TextFormat)
+        seen = False
+        for block in blocks:
+            assert isinstance(block, _Block)
+            seen = True
+            yield self._parse(path.name, block, fmt)
+        if not seen:
+            raise DataError(f"{path}: empty file (no data rows)")
+
+    def _parse(self, origin: str, block: _Block, fmt: TextFormat) -> Parsed:
+        data = block.data if fmt.separator is None else block.data.replace(fmt.separator, fmt.delimiter.encode())
+        lines: np.ndarray | None = None
+        try:
+            table = _read_csv(data, fmt)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            parts = _split_lines(data)
+            if len(parts) != block.lines:  # a line the parser could not even split
+                raise DataError(f"{origin}:{block.first_line}: {_reason(str(exc), fmt)}") from None
+            bad = _find_bad_lines(parts, fmt, first_only=self.on_bad_rows == "error")
+            if not bad:  # the whole block fails, but no line alone does
+                raise DataError(f"{origin}:{block.first_line}: {_reason(str(exc), fmt)}") from None
+            if self.on_bad_rows == "error":
+                index, reason = bad[0]
+                raise DataError(f"{origin}:{block.first_line + index}: {reason}") from None
+            for index, reason in bad:
+                self.bad.add(origin, f"{origin}:{block.first_line + index}", reason)
+            dropped = {index for index, _ in bad}
+            kept = [i for i in range(len(parts)) if i not in dropped]
+            lines = np.asarray(kept, dtype=np.int64)
+            table = _read_csv(b"".join(parts[i] for i in kept), fmt) if kept else _empty(fmt)
+        return Parsed(table, origin, block.first_line, block.first_row, lines, self.on_bad_rows, self.bad)
+
+
+def _read_csv(data: bytes, fmt: TextFormat) -> pa.Table:
+    return pacsv.read_csv(
+        pa.py_buffer(data), read_options=fmt.read_options(), parse_options=fmt.parse_options(),
+        convert_options=fmt.convert_options(),
+    )
+
+
+def _empty(fmt: TextFormat) -> pa.Table:
+    names = list(fmt.include or fmt.columns)
+    return pa.table({n: pa.array([], type=fmt.types.get(n, pa.string())) for n in names})
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """Lines with their ``\\n`` (only ``\\n`` ends a line, as for the parser)."""
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return [p + b"\n" for p in parts]
+
+
+def _quick_reason(line: bytes, fmt: TextFormat) -> str | None:
+    """Cheap checks before bisection: undecodable bytes and (unquoted) field count."""
+    if fmt.encoding == "utf8":
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"undecodable bytes (not UTF-8) at byte {exc.start} of the line"
+    if not fmt.quoting:
+        fields = line.rstrip(b"\r\n").count(fmt.delimiter.encode()) + 1
+        if fields != len(fmt.columns):
+            return f"expected {len(fmt.columns)} columns, got {fields}"
+    return None
+
+
+def _find_bad_lines(parts: list[bytes], fmt: TextFormat, first_only: bool) -> list[tuple[int, str]]:
+    """Indices (and reasons) of the lines the parser rejects, in order; with
+    ``first_only`` just the first. Bisection with pyarrow: O(bad * log n) parses."""
+    bad: list[tuple[int, str]] = []
+    candidates = list(range(len(parts)))
+    if not first_only:
+        candidates = []
+        for i, line in enumerate(parts):
+            reason = _quick_reason(line, fmt)
+            if reason:
+                bad.append((i, reason))
+            else:
+                candidates.append(i)
+
+    def search(lo: int, hi: int) -> bool:
+        """Record bad lines among candidates[lo:hi]; True when one was found."""
+        try:
+            _read_csv(b"".join(parts[i] for i in candidates[lo:hi]), fmt)
+            return False
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            if hi - lo == 1:
+                line = parts[candidates[lo]]
+                bad.append((candidates[lo], _quick_reason(line, fmt) or _reason(str(exc), fmt)))
+                return True
+            mid = (lo + hi) // 2
+            found = search(lo, mid)
+            if found and first_only:
+                return True
+            return search(mid, hi) or found
+
+    if candidates:
+        search(0, len(candidates))
+    return sorted(bad)[:1] if first_only else sorted(bad)
+
+
+_COLUMN = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?")
+
+
+def _reason(message: str, fmt: TextFormat) -> str:
+    """pyarrow's message, short and with the column's name."""
+    text = message.strip().splitlines()[0]
+    text = text.removeprefix("CSV parse error: ")
+    match = _COLUMN.search(text)
+    if match:
+        names = list(fmt.include or fmt.columns)
+        index = int(match.group(1))
+        name = names[index] if index < len(names) else f"#{index}"
+        text = f"column {name}: " + text[match.end():].removeprefix("CSV conversion error to ")
+        text = text.replace("invalid UTF8 data", "undecodable bytes (not UTF-8)")
+    if ": " in text and text.startswith("Expected"):
+        text = text.split(": ", 1)[0]
+    text = text[0].lower() + text[1:] if text else "unparseable row"
+    return text[:200]
+
+
+def _check_header(path: Path, header: bytes, fmt: TextFormat | Callable[[list[str]], TextFormat]) -> TextFormat:
+    encoding = "latin-1" if not callable(fmt) and fmt.encoding == "latin1" else "utf-8"
+    try:
+        text = header.decode(encoding).rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise DataError(f"{path}:1: undecodable bytes in the header") from None
+    delimiter = fmt.delimiter if not callable(fmt) else ("\t" if "\t" in text else ",")
+    names = [n.strip().strip('"') for n in text.split(delimiter)]
+    if callable(fmt):
+        return fmt(names)
+    if tuple(names) != fmt.columns:
+        raise DataError(
+            f"{path}:1: unexpected header {names[:8]}{'...' if len(names) > 8 else ''}; "
+            f"expected {len(fmt.columns)} columns {list(fmt.columns[:8])}..."
+        )
+    return fmt
+
+
+def _line_blocks(path: Path, block_bytes: int, header: bool, info: SourceInfo) -> Iterator[bytes | _Block]:
+    """The header line (``b""`` when there is none), then blocks of whole lines.
+
+    Hashes the raw bytes into ``info`` as it reads; decompresses gzip (all members).
+    """
+    digest = hashlib.sha256()
+    size = 0
+    line = 1
+    row = 0
+    pending: list[bytes] = []
+    pending_bytes = 0
+    header_seen = not header
+    with open(path, "rb") as handle:
+        gz = handle.read(2) == b"\x1f\x8b"
+        handle.seek(0)
+        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16) if gz else None
+
+        def emit(data: bytes) -> Iterator[bytes | _Block]:
+            nonlocal line, row, header_seen
+            if not header_seen:
+                cut = data.find(b"\n") + 1
+                yield data[:cut]
+                header_seen = True
+                data = data[cut:]
+                line += 1
+            if data:
+                count = data.count(b"\n")
+                yield _Block(line, row, data, count)
+                line += count
+                row += count
+
+        if not header:
+            yield b""
+        while True:
+            raw = handle.read(READ_BYTES)
+            if not raw:
+                break
+            digest.update(raw)
+            size += len(raw)
+            if inflater is not None:
+                try:
+                    data = inflater.decompress(raw)
+                    while inflater.eof and inflater.unused_data:  # a further gzip member
+                        rest = inflater.unused_data
+                        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                        data += inflater.decompress(rest)
+                except zlib.error as exc:
+                    raise DataError(f"{path}: corrupt gzip stream after line {line - 1 + _lines(pending)} ({exc})") from None
+            else:
+                data = raw
+            if not data:
+                continue
+            pending.append(data)
+            pending_bytes += len(data)
+            if pending_bytes >= block_bytes or (not header_seen and b"\n" in data):
+                joined = b"".join(pending)
+                cut = joined.rfind(b"\n") + 1
+                pending = [joined[cut:]] if cut < len(joined) else []
+                pending_bytes = len(joined) - cut
+                if cut:
+                    yield from emit(joined[:cut])
+        if inflater is not None and not inflater.eof:
+            raise DataError(
+                f"{path}: truncated gzip stream: the file ends inside line {line + _lines(pending)}; "
+                "download it again"
+            )
+        tail = b"".join(pending)
+        if tail.strip(b"\r\n"):
+            yield from emit(tail if tail.endswith(b"\n") else tail + b"\n")
+        elif tail and not header_seen:
+            yield from emit(tail)
+        if not header_seen:
+            raise DataError(f"{path}: empty file (no header)")
+    info.bytes = size
+    info.sha256 = digest.hexdigest()
+    info.rows = row
+
+
+def _lines(pending: list[bytes]) -> int:
+    return sum(p.count(b"\n") for p in pending)
+
+
+_END = object()
+
+
+def _prefetch(make: Callable[[], Iterator[Any]], depth: int = 2) -> Iterator[Any]:
+    """Run the iterator ``make()`` in a thread, ``depth`` items ahead of the consumer."""
+    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in make():
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer
+            put(_Raised(exc))
+
+    thread = threading.Thread(target=work, name="raw-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is _END:
+                return
+            if isinstance(item, _Raised):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+@dataclass
+class _Raised:
+    exc: BaseException
