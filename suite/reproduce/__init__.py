@@ -1,0 +1,1 @@
+"""Reproductions of the papers' claims: specs, claim checks, runs and the report."""
