@@ -41,6 +41,17 @@ MAX_EXAMPLES = 20
 OnBadRows = Literal["error", "skip"]
 
 
+def find_file(raw: Path, names: tuple[str, ...]) -> Path:
+    """``raw`` itself when it is a file, else the first of ``names`` inside it."""
+    raw = Path(raw)
+    if raw.is_file():
+        return raw
+    for name in names:
+        if (raw / name).is_file():
+            return raw / name
+    raise DataError(f"{raw}: expected a file, or a directory holding one of {', '.join(names)}")
+
+
 @dataclass(frozen=True)
 class TextFormat:
     """How to parse one kind of delimited text file.
@@ -68,20 +79,28 @@ class TextFormat:
 
     def read_options(self) -> pacsv.ReadOptions:
         return pacsv.ReadOptions(
-            column_names=list(self.columns), use_threads=True, encoding=self.encoding,
+            column_names=list(self.columns),
+            use_threads=True,
+            encoding=self.encoding,
             block_size=1 << 20,
         )
 
     def parse_options(self) -> pacsv.ParseOptions:
         return pacsv.ParseOptions(
-            delimiter=self.delimiter, quote_char='"' if self.quoting else False,
-            double_quote=self.quoting, ignore_empty_lines=False, newlines_in_values=False,
+            delimiter=self.delimiter,
+            quote_char='"' if self.quoting else False,
+            double_quote=self.quoting,
+            ignore_empty_lines=True,
+            newlines_in_values=False,
         )
 
     def convert_options(self) -> pacsv.ConvertOptions:
         return pacsv.ConvertOptions(
-            column_types=self.types, include_columns=list(self.include or self.columns),
-            null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True,
+            column_types=self.types,
+            include_columns=list(self.include or self.columns),
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
         )
 
 
@@ -100,7 +119,11 @@ class BadRows:
             self.examples.append({"where": where, "reason": reason})
 
     def as_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "by_source": dict(self.by_source), "examples": list(self.examples)}
+        return {
+            "total": self.total,
+            "by_source": dict(self.by_source),
+            "examples": list(self.examples),
+        }
 
 
 @dataclass
@@ -177,12 +200,12 @@ class RawReader:
     Args:
         on_bad_rows: ``"error"`` (default): the first bad row raises ``DataError``;
             ``"skip"``: bad rows are dropped and counted.
-        block_bytes: target size of a parsed block (tests make it tiny).
+        block_bytes: target size of a parsed block (default ``BLOCK_BYTES``).
     """
 
-    def __init__(self, on_bad_rows: OnBadRows = "error", block_bytes: int = BLOCK_BYTES) -> None:
+    def __init__(self, on_bad_rows: OnBadRows = "error", block_bytes: int | None = None) -> None:
         self.on_bad_rows = on_bad_rows
-        self.block_bytes = block_bytes
+        self.block_bytes = block_bytes or BLOCK_BYTES
         self.bad = BadRows()
         self.sources: list[SourceInfo] = []
 
@@ -216,32 +239,52 @@ class RawReader:
             raise DataError(f"{path}: empty file (no data rows)")
 
     def _parse(self, origin: str, block: _Block, fmt: TextFormat) -> Parsed:
-        data = block.data if fmt.separator is None else block.data.replace(fmt.separator, fmt.delimiter.encode())
-        lines: np.ndarray | None = None
+        data = (
+            block.data
+            if fmt.separator is None
+            else block.data.replace(fmt.separator, fmt.delimiter.encode())
+        )
         try:
             table = _read_csv(data, fmt)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            parts = _split_lines(data)
-            if len(parts) != block.lines:  # a line the parser could not even split
-                raise DataError(f"{origin}:{block.first_line}: {_reason(str(exc), fmt)}") from None
-            bad = _find_bad_lines(parts, fmt, first_only=self.on_bad_rows == "error")
-            if not bad:  # the whole block fails, but no line alone does
-                raise DataError(f"{origin}:{block.first_line}: {_reason(str(exc), fmt)}") from None
-            if self.on_bad_rows == "error":
-                index, reason = bad[0]
-                raise DataError(f"{origin}:{block.first_line + index}: {reason}") from None
-            for index, reason in bad:
-                self.bad.add(origin, f"{origin}:{block.first_line + index}", reason)
-            dropped = {index for index, _ in bad}
-            kept = [i for i in range(len(parts)) if i not in dropped]
-            lines = np.asarray(kept, dtype=np.int64)
-            table = _read_csv(b"".join(parts[i] for i in kept), fmt) if kept else _empty(fmt)
-        return Parsed(table, origin, block.first_line, block.first_row, lines, self.on_bad_rows, self.bad)
+            if table.num_rows == block.lines:  # else the parser skipped an empty line
+                return Parsed(
+                    table,
+                    origin,
+                    block.first_line,
+                    block.first_row,
+                    None,
+                    self.on_bad_rows,
+                    self.bad,
+                )
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+        # slow path: find the bad lines, empty ones included
+        parts = _split_lines(data)
+        empty = [(i, "empty line") for i, p in enumerate(parts) if not p.strip(b"\r\n")]
+        bad = _find_bad_lines(parts, fmt, self.on_bad_rows == "error", empty)
+        if not bad:  # the block fails, but no line alone does
+            raise DataError(
+                f"{origin}:{block.first_line}: unparseable block of {block.lines} lines"
+            )
+        if self.on_bad_rows == "error":
+            index, reason = bad[0]
+            raise DataError(f"{origin}:{block.first_line + index}: {reason}")
+        for index, reason in bad:
+            self.bad.add(origin, f"{origin}:{block.first_line + index}", reason)
+        dropped = {index for index, _ in bad}
+        kept = [i for i in range(len(parts)) if i not in dropped]
+        table = _read_csv(b"".join(parts[i] for i in kept), fmt) if kept else _empty(fmt)
+        lines = np.asarray(kept, dtype=np.int64)
+        return Parsed(
+            table, origin, block.first_line, block.first_row, lines, self.on_bad_rows, self.bad
+        )
 
 
 def _read_csv(data: bytes, fmt: TextFormat) -> pa.Table:
     return pacsv.read_csv(
-        pa.py_buffer(data), read_options=fmt.read_options(), parse_options=fmt.parse_options(),
+        pa.py_buffer(data),
+        read_options=fmt.read_options(),
+        parse_options=fmt.parse_options(),
         convert_options=fmt.convert_options(),
     )
 
@@ -273,42 +316,46 @@ def _quick_reason(line: bytes, fmt: TextFormat) -> str | None:
     return None
 
 
-def _find_bad_lines(parts: list[bytes], fmt: TextFormat, first_only: bool) -> list[tuple[int, str]]:
-    """Indices (and reasons) of the lines the parser rejects, in order; with
-    ``first_only`` just the first. Bisection with pyarrow: O(bad * log n) parses."""
-    bad: list[tuple[int, str]] = []
-    candidates = list(range(len(parts)))
+def _find_bad_lines(
+    parts: list[bytes], fmt: TextFormat, first_only: bool, known: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """Indices (and reasons) of the lines the parser rejects, with the ``known`` bad ones,
+    in order; with ``first_only`` just the first. Bisection with pyarrow itself, so
+    O(bad * log n) parses; cheap checks first when every bad line is wanted."""
+    bad = list(known)
+    skip = {i for i, _ in known}
+    candidates = [i for i in range(len(parts)) if i not in skip]
     if not first_only:
-        candidates = []
-        for i, line in enumerate(parts):
-            reason = _quick_reason(line, fmt)
-            if reason:
-                bad.append((i, reason))
-            else:
-                candidates.append(i)
+        quick = [(i, _quick_reason(parts[i], fmt)) for i in candidates]
+        bad += [(i, r) for i, r in quick if r]
+        candidates = [i for i, r in quick if not r]
 
     def search(lo: int, hi: int) -> bool:
         """Record bad lines among candidates[lo:hi]; True when one was found."""
         try:
-            _read_csv(b"".join(parts[i] for i in candidates[lo:hi]), fmt)
-            return False
+            table = _read_csv(b"".join(parts[i] for i in candidates[lo:hi]), fmt)
+            if table.num_rows == hi - lo:
+                return False
+            reason = "a stray carriage return splits the line"
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            if hi - lo == 1:
-                line = parts[candidates[lo]]
-                bad.append((candidates[lo], _quick_reason(line, fmt) or _reason(str(exc), fmt)))
-                return True
-            mid = (lo + hi) // 2
-            found = search(lo, mid)
-            if found and first_only:
-                return True
-            return search(mid, hi) or found
+            reason = _reason(str(exc), fmt)
+        if hi - lo == 1:
+            bad.append((candidates[lo], _quick_reason(parts[candidates[lo]], fmt) or reason))
+            return True
+        mid = (lo + hi) // 2
+        found = search(lo, mid)
+        if found and first_only:
+            return True
+        return search(mid, hi) or found
 
     if candidates:
         search(0, len(candidates))
-    return sorted(bad)[:1] if first_only else sorted(bad)
+    bad.sort()
+    return bad[:1] if first_only else bad
 
 
 _COLUMN = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?")
+_INVALID = re.compile(r"^(\w+): invalid value (.*)$")
 
 
 def _reason(message: str, fmt: TextFormat) -> str:
@@ -317,18 +364,24 @@ def _reason(message: str, fmt: TextFormat) -> str:
     text = text.removeprefix("CSV parse error: ")
     match = _COLUMN.search(text)
     if match:
-        names = list(fmt.include or fmt.columns)
-        index = int(match.group(1))
-        name = names[index] if index < len(names) else f"#{index}"
-        text = f"column {name}: " + text[match.end():].removeprefix("CSV conversion error to ")
-        text = text.replace("invalid UTF8 data", "undecodable bytes (not UTF-8)")
+        index = int(match.group(1))  # the column's position in the file
+        name = fmt.columns[index] if index < len(fmt.columns) else f"#{index}"
+        detail = text[match.end() :].removeprefix("CSV conversion error to ")
+        value = _INVALID.match(detail)
+        if value:
+            detail = f"invalid {value.group(1)} value {value.group(2)}"
+        text = f"column {name}: " + detail.replace(
+            "invalid UTF8 data", "undecodable bytes (not UTF-8)"
+        )
     if ": " in text and text.startswith("Expected"):
         text = text.split(": ", 1)[0]
     text = text[0].lower() + text[1:] if text else "unparseable row"
     return text[:200]
 
 
-def _check_header(path: Path, header: bytes, fmt: TextFormat | Callable[[list[str]], TextFormat]) -> TextFormat:
+def _check_header(
+    path: Path, header: bytes, fmt: TextFormat | Callable[[list[str]], TextFormat]
+) -> TextFormat:
     encoding = "latin-1" if not callable(fmt) and fmt.encoding == "latin1" else "utf-8"
     try:
         text = header.decode(encoding).rstrip("\r\n")
@@ -346,7 +399,9 @@ def _check_header(path: Path, header: bytes, fmt: TextFormat | Callable[[list[st
     return fmt
 
 
-def _line_blocks(path: Path, block_bytes: int, header: bool, info: SourceInfo) -> Iterator[bytes | _Block]:
+def _line_blocks(
+    path: Path, block_bytes: int, header: bool, info: SourceInfo
+) -> Iterator[bytes | _Block]:
     """The header line (``b""`` when there is none), then blocks of whole lines.
 
     Hashes the raw bytes into ``info`` as it reads; decompresses gzip (all members).
@@ -371,11 +426,16 @@ def _line_blocks(path: Path, block_bytes: int, header: bool, info: SourceInfo) -
                 header_seen = True
                 data = data[cut:]
                 line += 1
-            if data:
-                count = data.count(b"\n")
-                yield _Block(line, row, data, count)
+            start = 0
+            while start < len(data):  # blocks of about block_bytes, cut after a newline
+                stop = data.find(b"\n", start + block_bytes - 1) + 1
+                stop = len(data) if stop == 0 or len(data) - stop < block_bytes // 4 else stop
+                piece = data[start:stop] if start or stop < len(data) else data
+                count = piece.count(b"\n")
+                yield _Block(line, row, piece, count)
                 line += count
                 row += count
+                start = stop
 
         if not header:
             yield b""
@@ -393,7 +453,9 @@ def _line_blocks(path: Path, block_bytes: int, header: bool, info: SourceInfo) -
                         inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
                         data += inflater.decompress(rest)
                 except zlib.error as exc:
-                    raise DataError(f"{path}: corrupt gzip stream after line {line - 1 + _lines(pending)} ({exc})") from None
+                    raise DataError(
+                        f"{path}: corrupt gzip stream after line {line - 1 + _lines(pending)} ({exc})"
+                    ) from None
             else:
                 data = raw
             if not data:

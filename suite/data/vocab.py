@@ -1,0 +1,255 @@
+"""Categorical vocabularies in numpy: 64-bit keys, sorted key/count arrays, contiguous ids.
+
+Each raw categorical value becomes a uint64 *key*: strings of at most 8 ASCII bytes (every
+Criteo and Avazu hash, every integer written as text) are packed exactly, big-endian, so
+the key order is the byte order; longer or non-ASCII strings get a 64-bit FNV-1a hash with
+the top bit set (the two key spaces never meet); integer columns use the integer itself.
+A feature's vocabulary is then a sorted ``uint64`` array plus an ``int64`` count array
+(16 bytes per distinct value, no Python objects), merged chunk by chunk.
+
+Ids of one feature (the prepared arrays' contract):
+
+- ``0`` (``MISSING``): the field was empty;
+- ``1`` (``RARE``): seen fewer than ``min_count`` times in the counted rows, or never
+  (values that occur only in validation/test rows);
+- ``2 ..``: the frequent values, most frequent first (ties broken by key), so the table
+  has ``2 + frequent`` rows.
+
+With a table-size cap, keys are first hashed into ``cap - 2`` buckets (the hashing trick,
+as the DLRM reference's ``max-ind-range``); buckets then get ids like values do, so the
+table never exceeds ``cap`` rows and counting memory is bounded by the cap too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MISSING = 0
+RARE = 1
+FIRST_ID = 2
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_HASHED = np.uint64(1 << 63)
+
+
+_NUMPY_TYPES = {
+    pa.int8(): np.int8,
+    pa.int16(): np.int16,
+    pa.int32(): np.int32,
+    pa.int64(): np.int64,
+    pa.uint8(): np.uint8,
+    pa.uint16(): np.uint16,
+    pa.uint32(): np.uint32,
+    pa.uint64(): np.uint64,
+    pa.float32(): np.float32,
+    pa.float64(): np.float64,
+}
+
+
+def to_numpy(values: pa.Array | pa.ChunkedArray, fill: float | None = None) -> np.ndarray:
+    """A numeric pyarrow column as one numpy array, nulls replaced by ``fill``.
+
+    Read straight from the Arrow buffers: pyarrow's own conversions (and ``pa.scalar``)
+    import pandas, a second of start-up that a bare parse does not pay.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        parts = [to_numpy(c, fill) for c in values.chunks]
+        if not parts:
+            return np.zeros(0, dtype=_NUMPY_TYPES.get(values.type, np.float64))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    dtype = _NUMPY_TYPES.get(values.type)
+    if dtype is None:
+        if values.null_count and fill is not None:
+            values = pc.fill_null(values, fill)
+        return values.to_numpy(zero_copy_only=False)
+    n, offset = len(values), values.offset
+    validity, data = values.buffers()[:2]
+    array = np.frombuffer(data, dtype=dtype, count=n, offset=offset * np.dtype(dtype).itemsize)
+    if values.null_count:
+        if fill is None:
+            raise ValueError("column has nulls and no fill value")
+        bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+        array = np.where(
+            bits[offset : offset + n].astype(bool), array, np.asarray(fill, dtype=dtype)
+        )
+    return array
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """A strong 64-bit mixer (uint64 in, uint64 out; arithmetic wraps)."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def string_keys(values: pa.Array) -> np.ndarray:
+    """uint64 keys of a string/binary array without nulls (see the module docstring)."""
+    n = len(values)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
+        values = values.cast(pa.string() if pa.types.is_large_string(values.type) else pa.binary())
+    _, offsets_buf, data_buf = values.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=values.offset * 4)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8)
+        if data_buf is not None and data_buf.size
+        else np.zeros(1, np.uint8)
+    )
+    starts = offsets[:-1].astype(np.int64)
+    lengths = np.diff(offsets).astype(np.int64)
+    width = np.arange(8)
+    inside = width < lengths[:, None]
+    where = np.minimum(starts[:, None] + width, data.size - 1)
+    packed = np.where(inside, data[where], 0).astype(np.uint8)
+    keys = packed.view(">u8").ravel().astype(np.uint64)
+    hashed = (lengths > 8) | (packed >= 0x80).any(axis=1) | ((packed == 0) & inside).any(axis=1)
+    if hashed.any():
+        keys[hashed] = _fnv1a(data, starts[hashed], lengths[hashed]) | _HASHED
+    return keys
+
+
+def _fnv1a(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    h = np.full(len(starts), _FNV_OFFSET, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(int(lengths.max(initial=0))):
+            active = j < lengths
+            byte = data[starts[active] + j].astype(np.uint64)
+            h[active] = (h[active] ^ byte) * _FNV_PRIME
+    return splitmix64(h ^ lengths.astype(np.uint64))
+
+
+def value_keys(values: pa.Array) -> np.ndarray:
+    """uint64 keys of any supported array without nulls: strings/binary or integers."""
+    if pa.types.is_integer(values.type):
+        return to_numpy(values).astype(np.int64).view(np.uint64)
+    if pa.types.is_boolean(values.type):
+        return values.to_numpy(zero_copy_only=False).astype(np.uint64)
+    if pa.types.is_floating(values.type):
+        return string_keys(pc.cast(values, pa.string()))
+    return string_keys(values)
+
+
+def encode_column(
+    column: pa.Array | pa.ChunkedArray | np.ndarray, cap: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Chunk-local encoding of one categorical column.
+
+    Returns:
+        ``local`` int32 ``[n]``: index into ``keys`` (``-1``: missing), and ``keys``
+        uint64 ``[k]``: the key of each distinct value of the chunk (bucket keys, possibly
+        repeated, when ``cap`` is set).
+    """
+    if isinstance(column, np.ndarray):
+        column = pa.array(column)
+    encoded = pc.dictionary_encode(column)
+    if isinstance(encoded, pa.ChunkedArray):
+        if encoded.num_chunks == 0:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64)
+        dictionary = encoded.chunk(encoded.num_chunks - 1).dictionary
+        indices = pa.chunked_array(
+            [c.indices for c in encoded.chunks], type=pa.int32()
+        ).combine_chunks()
+    else:
+        dictionary, indices = encoded.dictionary, encoded.indices
+    local = to_numpy(indices, fill=-1).astype(np.int32, copy=False)
+    keys = value_keys(dictionary)
+    if cap is not None:
+        keys = bucket_keys(keys, cap)
+    return local, keys
+
+
+def bucket_keys(keys: np.ndarray, cap: int) -> np.ndarray:
+    """Hash keys into ``cap - 2`` buckets (ids 0 and 1 are reserved)."""
+    return splitmix64(keys) % np.uint64(cap - FIRST_ID)
+
+
+class VocabCounter:
+    """Distinct keys of one feature with their counts, as sorted numpy arrays.
+
+    ``add`` buffers chunks and merges them in batches, so a merge costs one sort of the
+    batch plus a linear pass over the vocabulary.
+    """
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.uint64)
+        self.counts = np.zeros(0, dtype=np.int64)
+        self._keys: list[np.ndarray] = []
+        self._counts: list[np.ndarray] = []
+        self._pending = 0
+
+    def add(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        """Add ``counts[i]`` occurrences of ``keys[i]`` (keys may repeat)."""
+        if len(keys) == 0:
+            return
+        self._keys.append(np.asarray(keys, dtype=np.uint64))
+        self._counts.append(np.asarray(counts, dtype=np.int64))
+        self._pending += len(keys)
+        if self._pending >= max(1 << 18, len(self.keys) // 8):
+            self._merge()
+
+    def _merge(self) -> None:
+        if not self._keys:
+            return
+        keys, counts = reduce_counts(np.concatenate(self._keys), np.concatenate(self._counts))
+        self._keys, self._counts, self._pending = [], [], 0
+        pos = np.searchsorted(self.keys, keys)
+        hit = pos < len(self.keys)
+        hit[hit] = self.keys[pos[hit]] == keys[hit]
+        self.counts[pos[hit]] += counts[hit]
+        new = ~hit
+        if new.any():
+            self.keys = np.insert(self.keys, pos[new], keys[new])
+            self.counts = np.insert(self.counts, pos[new], counts[new])
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted distinct keys and their counts."""
+        self._merge()
+        return self.keys, self.counts
+
+
+def reduce_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum counts of equal keys; returns sorted distinct keys."""
+    order = np.argsort(keys, kind="stable")
+    keys, counts = keys[order], counts[order]
+    if len(keys) == 0:
+        return keys, counts
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    return keys[starts], np.add.reduceat(counts, starts)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Key -> id map of one feature: sorted ``keys`` and their ``ids`` (int32)."""
+
+    keys: np.ndarray
+    ids: np.ndarray
+    size: int
+    distinct: int
+    frequent: int
+
+    @classmethod
+    def build(cls, keys: np.ndarray, counts: np.ndarray, min_count: int) -> Vocabulary:
+        """Frequent keys (count >= ``min_count``) get ids ``2..`` by falling count, ties by
+        key; rare keys map to ``RARE``."""
+        frequent = np.flatnonzero(counts >= min_count)
+        order = np.lexsort((keys[frequent], -counts[frequent]))
+        ids = np.full(len(keys), RARE, dtype=np.int32)
+        ids[frequent[order]] = FIRST_ID + np.arange(len(frequent), dtype=np.int32)
+        # keep only keys that have their own id: every other key looks up to RARE anyway
+        keep = ids != RARE
+        return cls(keys[keep], ids[keep], FIRST_ID + len(frequent), len(keys), len(frequent))
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """int32 ids of ``keys``; unknown keys get ``RARE``."""
+        if len(self.keys) == 0 or len(keys) == 0:
+            return np.full(len(keys), RARE, dtype=np.int32)
+        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[pos] == keys, self.ids[pos], RARE).astype(np.int32)

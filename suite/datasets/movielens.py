@@ -1,0 +1,367 @@
+"""MovieLens ratings framed as CTR: a rating >= ``positive_threshold`` is a click.
+
+``--raw`` is the directory of one GroupLens release, picked by ``variant``:
+
+- ``100k``: ``u.data`` (tab: user, item, rating, unix time), ``u.user`` (``|``: id, age,
+  gender, occupation, zip), ``u.item`` (``|``, latin-1: id, title, dates, url, 19 genre
+  flags);
+- ``1m``: ``ratings.dat``, ``users.dat`` (id, gender, age group, occupation code, zip),
+  ``movies.dat`` (id, title, ``|``-joined genres), ``::``-separated, latin-1;
+- ``20m``, ``25m``, ``latest``, ``latest-small``: ``ratings.csv`` (header
+  ``userId,movieId,rating,timestamp``) and ``movies.csv`` (header, quoted titles).
+
+Prepared: no dense features; sparse ``user_id``, ``item_id``, and the side features the
+variant has: ``age``, ``gender``, ``occupation`` (100k and 1m only) and ``genre``. The 100k
+ages are grouped into the 1m age groups (1: under 18, 18, 25, 35, 45, 50, 56+), so the two
+variants share a vocabulary shape. A movie has several genres but a row holds one id per
+feature: with ``genre="first"`` (default) the genre is the first one listed (100k: the first
+flag set in ``u.genre`` order, ``unknown`` excluded); with ``genre="combination"`` it is the
+sorted set of the movie's genres joined by ``|`` (one id per distinct combination). A movie
+with no genre (or ``(no genres listed)``), or missing from the movie file, gets the
+missing id 0. Ids otherwise as every raw dataset (``suite.data.vocab``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from suite.data.pipeline import (
+    CategoricalOptions,
+    Chunk,
+    build_prepared,
+    chunk_from_arrays,
+    numpy_column,
+)
+from suite.data.prepared import PreparedDataset
+from suite.data.raw import Parsed, RawReader, TextFormat
+from suite.data.source import DatasetSource
+from suite.data.splits import RandomSplit, SplitRule, TimeRankSplit
+from suite.errors import DataError
+from suite.registry import DATASETS
+
+GENRES_100K = [
+    "unknown",
+    "Action",
+    "Adventure",
+    "Animation",
+    "Children's",
+    "Comedy",
+    "Crime",
+    "Documentary",
+    "Drama",
+    "Fantasy",
+    "Film-Noir",
+    "Horror",
+    "Musical",
+    "Mystery",
+    "Romance",
+    "Sci-Fi",
+    "Thriller",
+    "War",
+    "Western",
+]
+AGE_GROUPS = np.array([1, 18, 25, 35, 45, 50, 56])
+NO_GENRE = "(no genres listed)"
+
+_RATING_TYPES = {"user": pa.int64(), "item": pa.int64(), "rating": pa.float64(), "time": pa.int64()}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Files and formats of one MovieLens release."""
+
+    ratings: str
+    ratings_format: TextFormat
+    items: str
+    items_format: TextFormat
+    users: str | None = None
+    users_format: TextFormat | None = None
+
+
+_DAT = {"delimiter": "\t", "separator": b"::", "encoding": "latin1"}
+_CSV_RATINGS = Variant(
+    ratings="ratings.csv",
+    ratings_format=TextFormat(
+        columns=("user", "item", "rating", "time"),
+        types=_RATING_TYPES,
+        header=True,
+    ),
+    items="movies.csv",
+    items_format=TextFormat(
+        columns=("item", "title", "genres"),
+        types={"item": pa.int64(), "genres": pa.string()},
+        header=True,
+        quoting=True,
+        include=("item", "genres"),
+    ),
+)
+VARIANTS: dict[str, Variant] = {
+    "100k": Variant(
+        ratings="u.data",
+        ratings_format=TextFormat(
+            columns=("user", "item", "rating", "time"), types=_RATING_TYPES, delimiter="\t"
+        ),
+        items="u.item",
+        items_format=TextFormat(
+            columns=("item", "title", "release", "video", "url", *(f"g{i}" for i in range(19))),
+            types={"item": pa.int64(), **{f"g{i}": pa.int64() for i in range(19)}},
+            delimiter="|",
+            encoding="latin1",
+            include=("item", *(f"g{i}" for i in range(19))),
+        ),
+        users="u.user",
+        users_format=TextFormat(
+            columns=("user", "age", "gender", "occupation", "zip"),
+            types={
+                "user": pa.int64(),
+                "age": pa.int64(),
+                "gender": pa.string(),
+                "occupation": pa.string(),
+            },
+            delimiter="|",
+            include=("user", "age", "gender", "occupation"),
+        ),
+    ),
+    "1m": Variant(
+        ratings="ratings.dat",
+        ratings_format=TextFormat(
+            columns=("user", "item", "rating", "time"), types=_RATING_TYPES, **_DAT
+        ),
+        items="movies.dat",
+        items_format=TextFormat(
+            columns=("item", "title", "genres"),
+            types={"item": pa.int64(), "genres": pa.string()},
+            include=("item", "genres"),
+            **_DAT,
+        ),
+        users="users.dat",
+        users_format=TextFormat(
+            columns=("user", "gender", "age", "occupation", "zip"),
+            types={
+                "user": pa.int64(),
+                "age": pa.int64(),
+                "gender": pa.string(),
+                "occupation": pa.string(),
+            },
+            include=("user", "gender", "age", "occupation"),
+            **_DAT,
+        ),
+    ),
+    "20m": _CSV_RATINGS,
+    "25m": _CSV_RATINGS,
+    "latest": _CSV_RATINGS,
+    "latest-small": _CSV_RATINGS,
+}
+# ratings.csv's header names, mapped onto ours
+_CSV_HEADER = {"userId": "user", "movieId": "item", "rating": "rating", "timestamp": "time"}
+_MOVIES_HEADER = {"movieId": "item", "title": "title", "genres": "genres"}
+
+
+class MovieLensOptions(CategoricalOptions):
+    """MovieLens: release, click threshold, genre encoding, thresholds and split seed."""
+
+    variant: Literal["100k", "1m", "20m", "25m", "latest", "latest-small"] = "100k"
+    positive_threshold: float = Field(4, description="a rating >= this is a click (label 1)")
+    genre: Literal["first", "combination"] = Field(
+        "first", description="one genre per row: the first listed, or the sorted combination"
+    )
+    split_seed: int = Field(0, description="seed of the random-811 split")
+
+
+@dataclass
+class _Side:
+    """A side table: sorted ids and one pyarrow column per feature, aligned with them."""
+
+    ids: np.ndarray
+    columns: list[pa.Array]
+
+    def join(self, keys: np.ndarray) -> list[pa.Array]:
+        """Each column's value for ``keys`` (null where the id is unknown)."""
+        if len(self.ids) == 0:
+            return [pa.nulls(len(keys), type=c.type) for c in self.columns]
+        pos = np.minimum(np.searchsorted(self.ids, keys), len(self.ids) - 1)
+        hit = self.ids[pos] == keys
+        index = pa.array(pos, mask=~hit)
+        return [c.take(index) for c in self.columns]
+
+
+def _read_table(
+    reader: RawReader, path: Path, fmt: TextFormat, header: dict[str, str] | None = None
+) -> pa.Table:
+    if header is not None:
+
+        def fmt_for(names: list[str]) -> TextFormat:
+            if names != list(header):
+                raise DataError(f"{path}:1: unexpected header {names}; expected {list(header)}")
+            return replace(fmt, header=False)
+
+        parts = [p.table for p in reader.read(path, fmt_for)]
+    else:
+        parts = [p.table for p in reader.read(path, fmt)]
+    return pa.concat_tables(parts) if parts else pa.table({})
+
+
+def _sorted_side(table: pa.Table, id_column: str, columns: list[pa.Array]) -> _Side:
+    ids = numpy_column(table.column(id_column).fill_null(-1))
+    order = np.argsort(ids, kind="stable")
+    return _Side(ids[order], [c.take(pa.array(order)) for c in columns])
+
+
+def _genres(names_per_item: list[list[str]], mode: str) -> pa.Array:
+    out: list[str | None] = []
+    for names in names_per_item:
+        names = [n for n in names if n and n != NO_GENRE]
+        if not names:
+            out.append(None)
+        elif mode == "first":
+            out.append(names[0])
+        else:
+            out.append("|".join(sorted(set(names))))
+    return pa.array(out, type=pa.string())
+
+
+def _items(
+    reader: RawReader, directory: Path, variant: Variant, options: MovieLensOptions
+) -> _Side:
+    path = directory / variant.items
+    if variant.items == "u.item":
+        table = _read_table(reader, path, variant.items_format)
+        flags = np.stack(
+            [numpy_column(table.column(f"g{i}").fill_null(0)) for i in range(19)], axis=1
+        )
+        names = [[GENRES_100K[g] for g in np.flatnonzero(row) if g > 0] for row in flags]
+    else:
+        header = _MOVIES_HEADER if variant.items == "movies.csv" else None
+        table = _read_table(reader, path, variant.items_format, header)
+        names = [(g or "").split("|") for g in table.column("genres").to_pylist()]
+    return _sorted_side(table, "item", [_genres(names, options.genre)])
+
+
+def _users(reader: RawReader, directory: Path, variant: Variant) -> _Side:
+    assert variant.users is not None and variant.users_format is not None
+    table = _read_table(reader, directory / variant.users, variant.users_format)
+    age = numpy_column(table.column("age").fill_null(-1))
+    if variant.users == "u.user":  # raw ages -> the 1m age groups
+        group = np.maximum(np.searchsorted(AGE_GROUPS, age, side="right") - 1, 0)
+        age = np.where(age < 0, -1, AGE_GROUPS[group])
+    ages = pa.array(age, mask=age < 0)
+    return _sorted_side(
+        table,
+        "user",
+        [
+            ages,
+            table.column("gender").combine_chunks(),
+            table.column("occupation").combine_chunks(),
+        ],
+    )
+
+
+def movielens_chunk(
+    parsed: Parsed, options: MovieLensOptions, users: _Side | None, items: _Side
+) -> Chunk:
+    table = parsed.table
+    missing = pc.or_(
+        pc.or_(table.column("user").is_null(), table.column("item").is_null()),
+        table.column("rating").is_null(),
+    )
+    parsed.drop(numpy_column(missing), "missing user, item or rating")
+    table = parsed.table
+    user = numpy_column(table.column("user"))
+    item = numpy_column(table.column("item"))
+    rating = numpy_column(table.column("rating"))
+    label = (rating >= options.positive_threshold).astype(np.float32)
+    sparse: list[object] = [user, item]
+    if users is not None:
+        sparse += users.join(user)
+    sparse += items.join(item)
+    dense = np.zeros((len(label), 0), dtype=np.float32)
+    time = numpy_column(table.column("time").fill_null(0))
+    return chunk_from_arrays(label, dense, sparse, parsed.row_index(), time=time)
+
+
+@DATASETS.register("movielens")
+class MovieLens(DatasetSource):
+    """MovieLens ratings as CTR (rating >= 4 is a click): user, item and side features."""
+
+    Options = MovieLensOptions
+    needs_raw = True
+    protocols: ClassVar[dict[str, str]] = {
+        "random-811": "seeded random 8:1:1 train/validation/test split of the ratings",
+        "temporal": "by timestamp: oldest 80% train, next 10% validation, newest 10% test",
+    }
+    default_protocol: ClassVar[str] = "random-811"
+
+    def build(
+        self,
+        options: MovieLensOptions,
+        protocol: str,
+        raw: Path | None,
+        out_dir: Path,
+        progress: bool,
+    ) -> PreparedDataset:
+        assert raw is not None
+        directory = Path(raw)
+        variant = VARIANTS[options.variant]
+        needed = [variant.ratings, variant.items] + ([variant.users] if variant.users else [])
+        if not directory.is_dir() or any(not (directory / str(n)).is_file() for n in needed):
+            raise DataError(
+                f"{directory}: movielens variant {options.variant} needs a directory holding "
+                f"{', '.join(str(n) for n in needed)}"
+            )
+        reader = RawReader(options.on_bad_rows)
+        rule: SplitRule = (
+            TimeRankSplit((0.8, 0.1, 0.1))
+            if protocol == "temporal"
+            else RandomSplit((0.8, 0.1, 0.1), options.split_seed)
+        )
+        ratings_path = directory / variant.ratings
+        ratings_header = _CSV_HEADER if variant.ratings == "ratings.csv" else None
+        fmt = variant.ratings_format
+
+        def ratings_format(names: list[str]) -> TextFormat:
+            if names != list(_CSV_HEADER):
+                raise DataError(
+                    f"{ratings_path}:1: unexpected header {names}; expected {list(_CSV_HEADER)}"
+                )
+            return replace(fmt, header=False)
+
+        def chunks() -> Iterator[Chunk]:
+            # the ratings file is source 0 (its row indices drive the random split)
+            parsed_blocks = reader.read(ratings_path, ratings_format if ratings_header else fmt)
+            first = next(parsed_blocks, None)
+            items = _items(reader, directory, variant, options)
+            users = _users(reader, directory, variant) if variant.users else None
+            for parsed in [first] if first is not None else []:
+                yield movielens_chunk(parsed, options, users, items)
+            for parsed in parsed_blocks:
+                yield movielens_chunk(parsed, options, users, items)
+
+        sparse = (
+            ["user_id", "item_id"]
+            + (["age", "gender", "occupation"] if variant.users else [])
+            + ["genre"]
+        )
+        return build_prepared(
+            dataset="movielens",
+            protocol=protocol,
+            options=options,
+            out_dir=out_dir,
+            progress=progress,
+            dense=[],
+            sparse=sparse,
+            chunks=chunks(),
+            reader=reader,
+            rule=rule,
+            extra={
+                "label": f"rating >= {options.positive_threshold:g}",
+                "genre_encoding": options.genre,
+            },
+        )
