@@ -1,0 +1,268 @@
+"""``suite leaderboard``: validate, verify and render submissions; keep the fingerprint registry."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from suite.leaderboard import FINGERPRINTS, LEADERBOARD_DIR
+
+
+def _board_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--leaderboard-dir",
+        default=str(LEADERBOARD_DIR),
+        help="leaderboard folder (default: ./leaderboard)",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "leaderboard",
+        help="validate, verify and render leaderboard submissions",
+        description="Work with leaderboard/: validate submission files, re-run a recorded "
+        "seed, render README.md and index.html, and keep fingerprints.yaml.",
+    )
+    parser.set_defaults(handler=lambda args: _help(parser))
+    sub = parser.add_subparsers(dest="leaderboard_command", metavar="SUBCOMMAND")
+
+    p = sub.add_parser(
+        "validate",
+        help="check submission files",
+        description="Check submission files (default: all under leaderboard/submissions): "
+        "schema, config hash, metrics, seeds, registered data fingerprint, duplicates. "
+        "Prints one line per problem (file: field: message); exits 1 if any.",
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="submission files to check")
+    _board_arg(p)
+    p.set_defaults(handler=handle_validate)
+
+    p = sub.add_parser(
+        "verify",
+        help="re-run a recorded seed and compare its metrics",
+        description="Re-run one recorded seed of a submission from its recorded config on the "
+        "recorded data (checked by fingerprint first) through the ordinary run path, and "
+        "compare the metrics: exactly for a CPU submission re-run on CPU, else within "
+        "--tolerance (default 1e-3 absolute, e.g. AUC on GPU). Timings are not compared.",
+    )
+    p.add_argument("file", metavar="FILE", help="submission file")
+    p.add_argument("--seed", type=int, help="recorded seed to re-run (default: the first)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI for the re-run")
+    p.add_argument("--no-tracking", action="store_true", help="do not log the re-run to MLflow")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="re-run here (default: as recorded)")
+    p.add_argument("--tolerance", type=float, help="absolute tolerance instead of the default")
+    p.add_argument("--cache-dir", help="root of prepared datasets")
+    p.add_argument("--raw", help="raw data for datasets that need it")
+    p.add_argument("--out", metavar="RESULT.json", help="also write the re-run's result here")
+    p.add_argument("--progress", action="store_true", help="show progress bars")
+    p.set_defaults(handler=handle_verify)
+
+    p = sub.add_parser(
+        "render",
+        help="write leaderboard/README.md and index.html from the submissions",
+        description="Validate every submission, then render the Markdown tables and the "
+        "static HTML page (sortable, filterable, quality-vs-memory chart).",
+    )
+    _board_arg(p)
+    p.add_argument("--out", metavar="DIR", help="write here instead of the leaderboard folder")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if the rendered files differ from the ones there",
+    )
+    p.set_defaults(handler=handle_render)
+
+    p = sub.add_parser(
+        "fingerprints",
+        help="show or update leaderboard/fingerprints.yaml",
+        description="The fingerprints the leaderboard accepts per dataset, protocol and "
+        "options hash. --update regenerates every synthetic dataset (default options and "
+        "every option set a submission uses) in a temporary folder; with --dataset it "
+        "prepares (or reads from the cache) that dataset and records it.",
+    )
+    _board_arg(p)
+    p.add_argument("--update", action="store_true", help="regenerate and write the registry")
+    p.add_argument(
+        "--check", action="store_true", help="regenerate the synthetic entries; exit 1 if stale"
+    )
+    p.add_argument(
+        "--only-used",
+        action="store_true",
+        help="regenerate only the option sets submissions use (skip the defaults)",
+    )
+    p.add_argument("--dataset", help="register this dataset (e.g. a real one, after prepare)")
+    p.add_argument("--protocol", help="its split protocol")
+    p.add_argument("--raw", help="its raw files")
+    p.add_argument("--cache-dir", help="root of prepared datasets")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dataset option (repeatable)",
+    )
+    p.set_defaults(handler=handle_fingerprints)
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _print_report(report) -> None:  # noqa: ANN001
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for problem in report.problems:
+        print(problem)
+
+
+def handle_validate(args: argparse.Namespace) -> int:
+    from suite.leaderboard.validate import validate
+
+    files = [Path(f) for f in args.files] or None
+    report = validate(Path(args.leaderboard_dir), files)
+    _print_report(report)
+    if report.problems:
+        files_with = len({p.file for p in report.problems})
+        print(f"{len(report.problems)} problem(s) in {files_with} file(s)", file=sys.stderr)
+        return 1
+    print(f"{len(report.submissions)} submission(s) valid")
+    return 0
+
+
+def handle_verify(args: argparse.Namespace) -> int:
+    from suite.leaderboard.verify import verify
+
+    outcome = verify(
+        Path(args.file),
+        seed=args.seed,
+        tracking_uri=args.tracking_uri,
+        tracking=not args.no_tracking,
+        device=args.device,
+        tolerance=args.tolerance,
+        cache_dir=args.cache_dir,
+        raw=args.raw,
+        out=Path(args.out) if args.out else None,
+        progress=args.progress,
+    )
+    for note in outcome.notes:
+        print(f"note: {note}")
+    for comparison in outcome.comparisons:
+        print(f"  {comparison.describe()}")
+    if outcome.result is not None and outcome.result.mlflow_run_id:
+        print(f"re-run logged as MLflow run {outcome.result.mlflow_run_id}")
+    rule = "exact (CPU)" if outcome.exact else "within tolerance"
+    if outcome.ok:
+        print(f"verified: seed {outcome.seed} reproduces the recorded metrics ({rule})")
+        return 0
+    if not outcome.compared:
+        print(f"NOT verified: seed {outcome.seed} has only timings, which are not compared")
+        return 1
+    bad = [c.metric for c in outcome.comparisons if not c.ok]
+    print(f"NOT verified: seed {outcome.seed} differs in {', '.join(bad)} ({rule})")
+    return 1
+
+
+def load_valid(board: Path):  # noqa: ANN201
+    """The leaderboard's submissions as render items, after full validation."""
+    from suite.leaderboard.render import Item
+    from suite.leaderboard.validate import validate
+
+    report = validate(board)
+    _print_report(report)
+    items = [Item(path.name, sub) for path, sub in report.submissions]
+    return report, items
+
+
+def handle_render(args: argparse.Namespace) -> int:
+    from suite.leaderboard.render import INDEX, README, render_html, render_markdown
+
+    board = Path(args.leaderboard_dir)
+    report, items = load_valid(board)
+    if report.problems:
+        print("not rendering: fix the problems above first", file=sys.stderr)
+        return 1
+    texts = {README: render_markdown(items), INDEX: render_html(items)}
+    out = Path(args.out) if args.out else board
+    if args.check:
+        stale = [name for name, text in texts.items() if _read(out / name) != text]
+        for name in stale:
+            print(f"{out / name} is not what `suite leaderboard render` writes", file=sys.stderr)
+        return 1 if stale else 0
+    from suite.leaderboard.fingerprints import write_atomic
+
+    for name, text in texts.items():
+        write_atomic(out / name, text)
+        print(f"wrote {out / name}")
+    print(f"{len(items)} submission(s)")
+    return 0
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def handle_fingerprints(args: argparse.Namespace) -> int:
+    from suite.leaderboard.fingerprints import (
+        FingerprintRegistry,
+        options_hash,
+        prepare_entry,
+        update_synthetic,
+    )
+    from suite.leaderboard.validate import load_submission, submission_files
+
+    board = Path(args.leaderboard_dir)
+    path = board / FINGERPRINTS
+    registry = FingerprintRegistry.load(path)
+    if args.dataset:
+        from suite.config import build_config
+
+        overrides = [f"dataset.options.{text}" for text in args.overrides]
+        values = {
+            "dataset.raw": args.raw,
+            "dataset.protocol": args.protocol,
+            "dataset.cache_dir": args.cache_dir,
+        }
+        config = build_config(
+            components={"dataset": args.dataset}, values=values, overrides=overrides
+        )
+        entry = prepare_entry(config.dataset, rebuild=False, progress=True)
+        spec = config.dataset
+        print(
+            f"{spec.name}/{spec.protocol} options {options_hash(entry.options)}: {entry.fingerprint}"
+        )
+        changed = registry.set(spec.name, str(spec.protocol), entry)
+        if changed:
+            print(f"warning: replaced fingerprint {changed}", file=sys.stderr)
+        if args.update:
+            registry.save(path)
+            print(f"wrote {path}")
+        return 0
+    if not (args.update or args.check):
+        print(registry.to_yaml(), end="")
+        return 0
+    extra = []
+    for file in submission_files(board)[0]:
+        sub, _ = load_submission(file)
+        options = sub.config.get("dataset", {}).get("options") if sub else None
+        if sub and isinstance(options, dict):
+            extra.append((sub.dataset, sub.protocol, options))
+    before = registry.to_yaml()
+    changes = update_synthetic(registry, extra, defaults=not args.only_used)
+    for change in changes:
+        print(f"warning: {change}", file=sys.stderr)
+    if args.check:
+        stale = registry.to_yaml() != before
+        if stale:
+            print(
+                f"{path} is stale: run `suite leaderboard fingerprints --update`", file=sys.stderr
+            )
+        return 1 if stale else 0
+    registry.save(path)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,18 @@
+"""The leaderboard: validated submission files -> Markdown and HTML tables.
+
+A submission (:mod:`suite.leaderboard.schema`) summarises one config run with at least
+three seeds. ``suite submit`` builds one from MLflow runs or result JSON files
+(:mod:`suite.leaderboard.submit`); ``suite leaderboard validate`` checks every file
+(:mod:`suite.leaderboard.validate`), ``verify`` re-runs a recorded seed
+(:mod:`suite.leaderboard.verify`) and ``render`` writes ``leaderboard/README.md`` and
+``leaderboard/index.html`` (:mod:`suite.leaderboard.render`).
+
+Submissions are untrusted text: they are read with ``json.loads`` (1 MB at most), never
+executed or unpickled, and every string is escaped where it is shown.
+"""
+
+from pathlib import Path
+
+LEADERBOARD_DIR = Path("leaderboard")
+SUBMISSIONS = "submissions"
+FINGERPRINTS = "fingerprints.yaml"

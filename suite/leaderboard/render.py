@@ -1,0 +1,618 @@
+"""Rendering validated submissions to ``leaderboard/README.md`` and ``leaderboard/index.html``.
+
+One table per dataset x task (and protocol and data fingerprint, so a table only ever
+compares runs on the same data), ranked by the task's primary metric. The output depends
+only on the submissions (sorted; no clock), so re-rendering reproduces the checked-in
+files byte for byte.
+
+The HTML page is self-contained: inline CSS and JS, no external assets, and a
+Content-Security-Policy that allows only that inline script and style (by hash). Every
+string from a submission is escaped with ``html.escape``; the chart data sits in a
+``<script type="application/json">`` block with ``<``, ``>``, ``&`` and U+2028/9 escaped,
+and the script builds the chart with ``createElementNS``/``textContent`` only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from suite.leaderboard.fingerprints import write_atomic
+from suite.leaderboard.schema import FILENAME_PATTERN, Submission
+
+PRIMARY_METRIC = {"accuracy": "test_auc"}
+MEMORY_METRIC = "embedding_bytes"
+README = "README.md"
+INDEX = "index.html"
+
+
+@dataclass(frozen=True)
+class Item:
+    """A submission and the name of its file under ``submissions/``."""
+
+    file: str
+    sub: Submission
+
+
+@dataclass(frozen=True)
+class Group:
+    """The entries of one board: same dataset, protocol, data fingerprint and task."""
+
+    gid: str
+    dataset: str
+    protocol: str
+    fingerprint: str
+    task: str
+    primary: str
+    metrics: list[str]
+    items: list[Item]
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.items[0].sub.metrics[self.primary].higher_is_better
+
+    @property
+    def has_chart(self) -> bool:
+        return all(
+            MEMORY_METRIC in i.sub.metrics and self.primary in i.sub.metrics for i in self.items
+        )
+
+
+def primary_metric(task: str, metrics: Iterable[str], subs: list[Submission]) -> str:
+    names = sorted(metrics)
+    if PRIMARY_METRIC.get(task) in names:
+        return PRIMARY_METRIC[task]
+    better = [n for n in names if all(s.metrics[n].higher_is_better for s in subs)]
+    return (better or names)[0]
+
+
+def groups(items: Iterable[Item]) -> list[Group]:
+    """Boards in a fixed order, each ranked by its primary metric."""
+    by_key: dict[tuple[str, str, str, str], list[Item]] = {}
+    for item in sorted(items, key=lambda i: i.file):
+        s = item.sub
+        by_key.setdefault((s.dataset, s.task, s.protocol, s.data_fingerprint), []).append(item)
+    out = []
+    for n, ((dataset, task, protocol, fingerprint), members) in enumerate(sorted(by_key.items())):
+        shared = set.intersection(*(set(i.sub.metrics) for i in members))
+        primary = primary_metric(task, shared, [i.sub for i in members])
+        sign = -1.0 if members[0].sub.metrics[primary].higher_is_better else 1.0
+        members.sort(key=lambda i: (sign * i.sub.metrics[primary].mean, str(i.sub.date), i.file))
+        names = sorted(set().union(*(set(i.sub.metrics) for i in members)) - {primary})
+        out.append(
+            Group(
+                f"g{n}", dataset, protocol, fingerprint, task, primary, [primary, *names], members
+            )
+        )
+    return out
+
+
+# -- formatting ---------------------------------------------------------------------------
+
+
+def human_bytes(value: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def human_count(value: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.0f}"
+
+
+def format_metric(name: str, mean: float, std: float) -> str:
+    if name.endswith("bytes"):
+        return human_bytes(mean)
+    if name.endswith(("flops_per_example", "params")):
+        return human_count(mean)
+    if name.endswith("per_s"):
+        return f"{mean:,.0f} ± {std:,.0f}"
+    if name.endswith(("auc", "logloss")):
+        return f"{mean:.4f} ± {std:.4f}"
+    return f"{mean:.4g} ± {std:.2g}"
+
+
+def metric_header(name: str, higher_is_better: bool) -> str:
+    return f"{name} {'↑' if higher_is_better else '↓'}"
+
+
+def safe_url(url: str | None) -> str | None:
+    """``url`` if it is a plain http(s) URL (re-checked here, whatever the schema said)."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if re.search(r"[\s<>\"'`\\\x00-\x1f\x7f]", url):
+        return None
+    return url
+
+
+def file_link(name: str) -> str | None:
+    return f"submissions/{name}" if FILENAME_PATTERN.match(name) else None
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    sort: str
+    numeric: bool = False
+    link: str | None = None
+    link_text: str = ""
+
+
+def row_cells(group: Group, rank: int, item: Item) -> list[tuple[str, Cell]]:
+    """The columns of one row (header, cell), shared by the Markdown and HTML tables."""
+    s = item.sub
+    cells = [
+        ("#", Cell(str(rank), str(rank), True)),
+        ("Model", Cell(s.model, s.model)),
+        ("Embedding", Cell(s.embedding, s.embedding)),
+    ]
+    for name in group.metrics:
+        summary = s.metrics.get(name)
+        head = metric_header(name, group_direction(group, name))
+        if summary is None:
+            cells.append((head, Cell("–", "", True)))
+        else:
+            text = format_metric(name, summary.mean, summary.std)
+            cells.append((head, Cell(text, repr(summary.mean), True)))
+    env = s.environment
+    device = f"{env.device} ({env.device_name}, {env.threads} thr)"
+    cells += [
+        ("Seeds", Cell(str(len(s.seeds)), str(len(s.seeds)), True)),
+        ("Submitter", Cell(s.submitter, s.submitter.lower())),
+        ("Date", Cell(s.date.isoformat(), s.date.isoformat())),
+        ("Device", Cell(device, device.lower())),
+        ("Config", Cell(s.config_hash, s.config_hash)),
+        ("Paper", Cell("", "", link=safe_url(s.paper), link_text="paper")),
+        ("File", Cell("", item.file, link=file_link(item.file), link_text="json")),
+        ("Notes", Cell(s.notes or "", (s.notes or "").lower())),
+    ]
+    return cells
+
+
+def group_direction(group: Group, name: str) -> bool:
+    for item in group.items:
+        if name in item.sub.metrics:
+            return item.sub.metrics[name].higher_is_better
+    return True
+
+
+def group_title(group: Group) -> str:
+    return f"{group.dataset} · {group.task}"
+
+
+def group_meta(group: Group) -> str:
+    direction = "higher" if group.higher_is_better else "lower"
+    return (
+        f"Protocol {group.protocol}, data fingerprint {group.fingerprint[:12]}. "
+        f"Ranked by {group.primary} ({direction} is better); "
+        "figures are the mean ± sample std over the seeds."
+    )
+
+
+# -- Markdown -----------------------------------------------------------------------------
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+
+
+def md_text(text: str) -> str:
+    """Plain text for a Markdown table cell: one line, HTML and Markdown escaped."""
+    flat = " ".join(text.split())
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
+
+
+def md_link(text: str, url: str) -> str:
+    target = url.replace("(", "%28").replace(")", "%29").replace(" ", "%20")
+    return f"[{md_text(text)}]({target})"
+
+
+def render_markdown(items: list[Item]) -> str:
+    boards = groups(items)
+    lines = [
+        "# recsuite leaderboard",
+        "",
+        f"Generated by `suite leaderboard render` from the {len(items)} submission file(s) in",
+        "[`submissions/`](submissions/); do not edit by hand. An interactive version (sort,",
+        "filter, quality-vs-memory chart) is [`index.html`](index.html).",
+        "",
+        "To submit: run one config with at least three seeds, then `suite submit` (from a",
+        "multi-seed MLflow parent run, MLflow run ids or result JSON files), check it with",
+        "`suite leaderboard validate`, and re-render with `suite leaderboard render`. Anyone can",
+        "re-run a recorded seed with `suite leaderboard verify FILE`.",
+        "",
+    ]
+    if not boards:
+        lines += ["No submissions yet.", ""]
+    for group in boards:
+        lines += [f"## {md_text(group_title(group))}", "", md_text(group_meta(group)), ""]
+        rows = [row_cells(group, rank, item) for rank, item in enumerate(group.items, 1)]
+        heads = [head for head, _ in rows[0]]
+        align = ["---:" if cell.numeric else "---" for _, cell in rows[0]]
+        lines.append("| " + " | ".join(md_text(h) for h in heads) + " |")
+        lines.append("| " + " | ".join(align) + " |")
+        for row in rows:
+            texts = [md_link(c.link_text, c.link) if c.link else md_text(c.text) for _, c in row]
+            lines.append("| " + " | ".join(texts) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# -- HTML ---------------------------------------------------------------------------------
+
+
+def esc(text: object) -> str:
+    """HTML-escaped text for element content and quoted attributes."""
+    escaped = html.escape(str(text), quote=True)
+    return escaped.replace("\u2028", "&#x2028;").replace("\u2029", "&#x2029;")
+
+
+def json_for_script(data: object) -> str:
+    """JSON that cannot end its ``<script>`` block or be read as markup."""
+    text = json.dumps(data, sort_keys=True, ensure_ascii=True, allow_nan=False)
+    for char, code in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(char, code)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def chart_data(boards: list[Group]) -> dict[str, object]:
+    out = []
+    for group in boards:
+        if not group.has_chart:
+            continue
+        points = []
+        for n, item in enumerate(group.items):
+            s = item.sub
+            points.append(
+                {
+                    "row": f"{group.gid}-r{n}",
+                    "label": f"{s.model} + {s.embedding}",
+                    "submitter": s.submitter,
+                    "quality": s.metrics[group.primary].mean,
+                    "memory": s.metrics[MEMORY_METRIC].mean,
+                }
+            )
+        out.append(
+            {
+                "id": group.gid,
+                "quality": group.primary,
+                "higher_is_better": group.higher_is_better,
+                "memory": MEMORY_METRIC,
+                "points": points,
+            }
+        )
+    return {"charts": out}
+
+
+def _options(values: Iterable[str]) -> str:
+    return "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in sorted(set(values)))
+
+
+def _html_table(group: Group) -> list[str]:
+    rows = [row_cells(group, rank, item) for rank, item in enumerate(group.items, 1)]
+    out = ['<div class="scroll"><table class="board-table">', "<thead><tr>"]
+    for head, cell in rows[0]:
+        kind = "num" if cell.numeric else "text"
+        out.append(
+            f'<th scope="col" data-type="{kind}" aria-sort="none">'
+            f'<button type="button">{esc(head)}</button></th>'
+        )
+    out.append("</tr></thead><tbody>")
+    for n, (item, row) in enumerate(zip(group.items, rows, strict=True)):
+        s = item.sub
+        search = " ".join((s.model, s.embedding, s.submitter)).lower()
+        out.append(
+            f'<tr id="{group.gid}-r{n}" data-rank="{n}" data-method="{esc(s.embedding)}" '
+            f'data-search="{esc(search)}">'
+        )
+        for _, cell in row:
+            if cell.link:
+                body = (
+                    f'<a href="{esc(cell.link)}" rel="noopener noreferrer nofollow">'
+                    f"{esc(cell.link_text)}</a>"
+                )
+            else:
+                body = esc(cell.text)
+            cls = ' class="num"' if cell.numeric else ""
+            out.append(f'<td{cls} data-sort="{esc(cell.sort)}">{body}</td>')
+        out.append("</tr>")
+    out.append("</tbody></table></div>")
+    return out
+
+
+def render_html(items: list[Item]) -> str:
+    boards = groups(items)
+    subs = [i.sub for i in items]
+    body = [
+        "<header>",
+        "<h1>recsuite leaderboard</h1>",
+        f"<p>Generated by <code>suite leaderboard render</code> from {len(items)} submission "
+        "file(s) in <code>submissions/</code>; do not edit by hand. Click a column header to "
+        "sort; the filters apply to every table and chart.</p>",
+        "</header>",
+        '<form id="filters" role="search">',
+        '<label>Dataset <select id="filter-dataset"><option value="">all</option>'
+        f"{_options(s.dataset for s in subs)}</select></label>",
+        '<label>Task <select id="filter-task"><option value="">all</option>'
+        f"{_options(s.task for s in subs)}</select></label>",
+        '<label>Embedding method <select id="filter-method"><option value="">all</option>'
+        f"{_options(s.embedding for s in subs)}</select></label>",
+        '<label>Search <input id="filter-text" type="search" autocomplete="off" '
+        'placeholder="model, method or submitter"></label>',
+        "</form>",
+    ]
+    if not boards:
+        body.append("<p>No submissions yet.</p>")
+    for group in boards:
+        body += [
+            f'<section class="board" id="{group.gid}" data-dataset="{esc(group.dataset)}" '
+            f'data-task="{esc(group.task)}">',
+            f"<h2>{esc(group_title(group))}</h2>",
+            f'<p class="meta">{esc(group_meta(group))}</p>',
+        ]
+        if group.has_chart:
+            direction = "higher" if group.higher_is_better else "lower"
+            body += [
+                '<figure class="chart">',
+                f'<svg id="chart-{group.gid}" role="img" viewBox="0 0 640 320" '
+                f'aria-label="{esc(group.primary)} against {MEMORY_METRIC}"></svg>',
+                f"<figcaption>{esc(group.primary)} ({direction} is better) against "
+                f"{MEMORY_METRIC} (log scale); the line joins the entries no other entry beats "
+                "with less memory.</figcaption>",
+                "</figure>",
+            ]
+        body += _html_table(group)
+        body.append("</section>")
+    body.append('<p id="no-match" hidden>No entries match the filters.</p>')
+    data = json_for_script(chart_data(boards))
+    csp = (
+        f"default-src 'none'; script-src {csp_hash(SCRIPT)}; style-src {csp_hash(STYLE)}; "
+        "img-src 'none'; base-uri 'none'; form-action 'none'"
+    )
+    page = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">',
+        '<meta name="referrer" content="no-referrer">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>recsuite leaderboard</title>",
+        f"<style>{STYLE}</style>",
+        "</head>",
+        "<body>",
+        *body,
+        f'<script type="application/json" id="leaderboard-data">{data}</script>',
+        f"<script>{SCRIPT}</script>",
+        "</body>",
+        "</html>",
+        "",
+    ]
+    return "\n".join(page)
+
+
+def write_leaderboard(items: list[Item], out_dir: Path) -> list[Path]:
+    """Write README.md and index.html into ``out_dir`` (atomically); returns the paths."""
+    readme, index = out_dir / README, out_dir / INDEX
+    write_atomic(readme, render_markdown(items))
+    write_atomic(index, render_html(items))
+    return [readme, index]
+
+
+STYLE = """
+:root { --fg: #1b1f24; --muted: #57606a; --line: #d0d7de; --accent: #0969da; --bg: #fff; }
+[hidden] { display: none !important; }
+body { font: 14px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg);
+  margin: 0 auto; max-width: 1400px; padding: 1rem 1.5rem 3rem; }
+h1 { font-size: 1.6rem; margin: 0.5rem 0; }
+h2 { font-size: 1.2rem; margin: 2rem 0 0.25rem; }
+.meta, figcaption, header p { color: var(--muted); }
+#filters { display: flex; flex-wrap: wrap; gap: 0.75rem 1.25rem; margin: 1rem 0;
+  padding: 0.75rem; border: 1px solid var(--line); border-radius: 6px; }
+#filters label { display: flex; gap: 0.4rem; align-items: center; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; width: max-content; min-width: 100%; }
+th, td { border-bottom: 1px solid var(--line); padding: 0.3rem 0.5rem; text-align: left;
+  vertical-align: top; white-space: nowrap; }
+td:last-child { white-space: normal; min-width: 24rem; max-width: 48rem;
+  overflow-wrap: anywhere; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th button { font: inherit; font-weight: 600; background: none; border: 0; padding: 0;
+  cursor: pointer; color: inherit; }
+th[aria-sort="ascending"] button::after { content: " \\25B2"; }
+th[aria-sort="descending"] button::after { content: " \\25BC"; }
+a { color: var(--accent); }
+figure.chart { margin: 0.75rem 0; max-width: 720px; }
+svg { width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
+svg .axis { stroke: var(--muted); stroke-width: 1; }
+svg .grid { stroke: var(--line); stroke-width: 1; }
+svg .front { fill: none; stroke: var(--accent); stroke-width: 1.5; stroke-dasharray: 4 3; }
+svg .point { fill: var(--accent); fill-opacity: 0.8; }
+svg text { font: 11px system-ui, sans-serif; fill: var(--muted); }
+svg text.label { fill: var(--fg); }
+"""
+
+SCRIPT = """
+(function () {
+  "use strict";
+  var SVG = "http://www.w3.org/2000/svg";
+  var data = JSON.parse(document.getElementById("leaderboard-data").textContent);
+  var sections = Array.prototype.slice.call(document.querySelectorAll("section.board"));
+
+  function node(name, attrs, text) {
+    var el = document.createElementNS(SVG, name);
+    Object.keys(attrs).forEach(function (key) { el.setAttribute(key, String(attrs[key])); });
+    if (text !== undefined) { el.textContent = String(text); }
+    return el;
+  }
+
+  function humanBytes(v) {
+    var units = [["GiB", 1073741824], ["MiB", 1048576], ["KiB", 1024]];
+    for (var i = 0; i < units.length; i++) {
+      if (v >= units[i][1]) { return (v / units[i][1]).toFixed(1) + " " + units[i][0]; }
+    }
+    return v.toFixed(0) + " B";
+  }
+
+  function sortTable(table, index, th) {
+    var ascending = th.getAttribute("aria-sort") !== "ascending";
+    table.querySelectorAll("thead th").forEach(function (h) { h.setAttribute("aria-sort", "none"); });
+    th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+    var numeric = th.getAttribute("data-type") === "num";
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = a.cells[index].getAttribute("data-sort");
+      var y = b.cells[index].getAttribute("data-sort");
+      var order;
+      if (numeric) {
+        var fx = x === "" ? Infinity : parseFloat(x);
+        var fy = y === "" ? Infinity : parseFloat(y);
+        order = fx < fy ? -1 : fx > fy ? 1 : 0;
+      } else {
+        order = x < y ? -1 : x > y ? 1 : 0;
+      }
+      if (!ascending) { order = -order; }
+      return order || (Number(a.getAttribute("data-rank")) - Number(b.getAttribute("data-rank")));
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+  }
+
+  document.querySelectorAll("table.board-table").forEach(function (table) {
+    table.querySelectorAll("thead th").forEach(function (th, index) {
+      th.querySelector("button").addEventListener("click", function () {
+        sortTable(table, index, th);
+      });
+    });
+  });
+
+  function drawChart(chart) {
+    var svg = document.getElementById("chart-" + chart.id);
+    if (!svg) { return; }
+    while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+    var points = chart.points.filter(function (p) {
+      var row = document.getElementById(p.row);
+      return row && !row.hidden && p.memory > 0;
+    });
+    var W = 640, H = 320, L = 72, R = 24, T = 16, B = 44;
+    svg.appendChild(node("line", {"class": "axis", x1: L, y1: H - B, x2: W - R, y2: H - B}));
+    svg.appendChild(node("line", {"class": "axis", x1: L, y1: T, x2: L, y2: H - B}));
+    svg.appendChild(node("text", {x: (L + W - R) / 2, y: H - 8, "text-anchor": "middle"},
+                         chart.memory + " (log scale)"));
+    svg.appendChild(node("text", {x: 14, y: (T + H - B) / 2, "text-anchor": "middle",
+                                  transform: "rotate(-90 14 " + ((T + H - B) / 2) + ")"},
+                         chart.quality));
+    if (!points.length) {
+      svg.appendChild(node("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no entries"));
+      return;
+    }
+    var lx = points.map(function (p) { return Math.log10(p.memory); });
+    var qs = points.map(function (p) { return p.quality; });
+    var x0 = Math.min.apply(null, lx), x1 = Math.max.apply(null, lx);
+    var y0 = Math.min.apply(null, qs), y1 = Math.max.apply(null, qs);
+    if (x1 - x0 < 0.2) { x0 -= 0.1; x1 += 0.1; }
+    if (y1 - y0 < 1e-3) { y0 -= 5e-4; y1 += 5e-4; }
+    var padX = (x1 - x0) * 0.08, padY = (y1 - y0) * 0.12;
+    x0 -= padX; x1 += padX; y0 -= padY; y1 += padY;
+    function sx(v) { return L + (v - x0) / (x1 - x0) * (W - L - R); }
+    function sy(v) { return H - B - (v - y0) / (y1 - y0) * (H - B - T); }
+    var ticks = [];
+    for (var e = Math.floor(x0); e <= Math.ceil(x1); e++) {
+      [1, 2, 5].forEach(function (m) {
+        var t = e + Math.log10(m);
+        if (t >= x0 && t <= x1) { ticks.push(t); }
+      });
+    }
+    if (ticks.length > 8) { ticks = ticks.filter(function (t) { return t % 1 === 0; }); }
+    if (ticks.length < 2) { ticks = [x0 + padX, x1 - padX]; }
+    ticks.forEach(function (t) {
+      svg.appendChild(node("line", {"class": "grid", x1: sx(t), y1: T, x2: sx(t), y2: H - B}));
+      svg.appendChild(node("text", {x: sx(t), y: H - B + 14, "text-anchor": "middle"},
+                           humanBytes(Math.pow(10, t))));
+    });
+    for (var k = 0; k <= 4; k++) {
+      var v = y0 + (y1 - y0) * k / 4;
+      svg.appendChild(node("line", {"class": "grid", x1: L, y1: sy(v), x2: W - R, y2: sy(v)}));
+      svg.appendChild(node("text", {x: L - 6, y: sy(v) + 4, "text-anchor": "end"}, v.toFixed(4)));
+    }
+    var sign = chart.higher_is_better ? 1 : -1;
+    var byMemory = points.slice().sort(function (a, b) {
+      return a.memory - b.memory || sign * (b.quality - a.quality);
+    });
+    var front = [], best = -Infinity;
+    byMemory.forEach(function (p) {
+      if (sign * p.quality > best) { best = sign * p.quality; front.push(p); }
+    });
+    var path = front.map(function (p) {
+      return sx(Math.log10(p.memory)).toFixed(1) + "," + sy(p.quality).toFixed(1);
+    }).join(" ");
+    svg.appendChild(node("polyline", {"class": "front", points: path}));
+    points.forEach(function (p) {
+      var g = node("g", {"class": "entry", "data-row": p.row});
+      var cx = sx(Math.log10(p.memory)), cy = sy(p.quality);
+      var dot = node("circle", {"class": "point", cx: cx.toFixed(1), cy: cy.toFixed(1), r: 5});
+      dot.appendChild(node("title", {}, p.label + " by " + p.submitter + ": " + chart.quality +
+                           " " + p.quality.toFixed(4) + ", " + humanBytes(p.memory)));
+      g.appendChild(dot);
+      var right = cx > W * 0.7;
+      g.appendChild(node("text", {"class": "label", x: (right ? cx - 8 : cx + 8).toFixed(1),
+                                  y: (cy - 8).toFixed(1),
+                                  "text-anchor": right ? "end" : "start"}, p.label));
+      svg.appendChild(g);
+    });
+  }
+
+  var filters = {
+    dataset: document.getElementById("filter-dataset"),
+    task: document.getElementById("filter-task"),
+    method: document.getElementById("filter-method"),
+    text: document.getElementById("filter-text")
+  };
+
+  function applyFilters() {
+    var dataset = filters.dataset.value, task = filters.task.value;
+    var method = filters.method.value, text = filters.text.value.trim().toLowerCase();
+    var shown = 0;
+    sections.forEach(function (section) {
+      var sectionOk = (!dataset || section.getAttribute("data-dataset") === dataset) &&
+                      (!task || section.getAttribute("data-task") === task);
+      var visible = 0;
+      section.querySelectorAll("tbody tr").forEach(function (row) {
+        var ok = sectionOk && (!method || row.getAttribute("data-method") === method) &&
+                 (!text || row.getAttribute("data-search").indexOf(text) !== -1);
+        row.hidden = !ok;
+        if (ok) { visible++; }
+      });
+      section.hidden = visible === 0;
+      shown += visible;
+    });
+    document.getElementById("no-match").hidden = shown !== 0;
+    data.charts.forEach(drawChart);
+  }
+
+  ["dataset", "task", "method"].forEach(function (key) {
+    filters[key].addEventListener("change", applyFilters);
+  });
+  filters.text.addEventListener("input", applyFilters);
+  document.getElementById("filters").addEventListener("submit", function (event) {
+    event.preventDefault();
+  });
+  applyFilters();
+})();
+"""

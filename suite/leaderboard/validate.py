@@ -1,0 +1,446 @@
+"""Validation of submission files: one clear message per problem, naming file and field.
+
+Checks, in order: the path stays inside ``leaderboard/``; the file is strict JSON of at
+most 1 MB; the schema; the file name matches the content hash; the config hash matches
+the config and each seed's hash matches ``{**config, "seed": s}``; the config still
+resolves (``validate_config``) to the recorded values; names agree with the config; the
+metrics are in range and their mean/std agree with the seeds' values (relative tolerance
+1e-9); at least three distinct seeds; the data fingerprint is the registered one for the
+dataset, protocol and options; no two entries share config hash, fingerprint, task and
+submitter.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from suite.config import stable_hash, validate_config
+from suite.errors import ConfigError, SuiteError
+from suite.leaderboard import FINGERPRINTS, SUBMISSIONS
+from suite.leaderboard.fingerprints import FingerprintRegistry, options_hash
+from suite.leaderboard.schema import (
+    FILENAME_PATTERN,
+    MIN_SEEDS,
+    Submission,
+    SubmissionFileError,
+    read_json_file,
+)
+
+REL_TOL = 1e-9
+ABS_TOL = 1e-12
+UNREGISTERED = "unregistered-fingerprint"
+REQUIRED_METRICS = {"accuracy": ("val_auc", "val_logloss", "test_auc", "test_logloss")}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem with one field of one file."""
+
+    file: str
+    field: str
+    message: str
+    code: str = "error"
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.message}"
+
+
+@dataclass
+class Report:
+    """What validation found: problems, warnings and the submissions that parsed."""
+
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    submissions: list[tuple[Path, Submission]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def schema_problems(name: str, error: ValidationError) -> list[Problem]:
+    out = []
+    for item in error.errors():
+        loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in item["loc"])
+        msg = item["msg"].removeprefix("Value error, ")
+        out.append(Problem(name, loc.replace(".[", "[") or "(file)", msg))
+    return out
+
+
+def inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` resolves (following links) to a place under ``root``."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
+def load_submission(path: Path, name: str | None = None) -> tuple[Submission | None, list[Problem]]:
+    """Read and schema-check one file; never raises for bad content."""
+    name = name or str(path)
+    try:
+        data = read_json_file(path)
+    except SubmissionFileError as exc:
+        return None, [Problem(name, "(file)", exc.reason)]
+    if not isinstance(data, dict):
+        return None, [
+            Problem(name, "(file)", f"must hold a JSON object, got {type(data).__name__}")
+        ]
+    try:
+        return Submission.model_validate_json(_dump(data)), []
+    except ValidationError as exc:
+        return None, schema_problems(name, exc)
+
+
+def _dump(data: Any) -> str:
+    import json
+
+    return json.dumps(data)
+
+
+def _get(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+
+
+def summarize(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1), as ``suite submit`` records them."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def metric_range_problem(metric: str, value: float) -> str | None:
+    if metric.endswith("auc") and not 0.0 <= value <= 1.0:
+        return f"AUC must be in [0, 1], got {value!r}"
+    if metric.endswith("logloss") and value < 0.0:
+        return f"log loss must be >= 0, got {value!r}"
+    if metric.endswith(("bytes", "flops_per_example", "per_s", "_s", "params")) and value < 0.0:
+        return f"must be >= 0, got {value!r}"
+    return None
+
+
+def check_config(name: str, sub: Submission) -> tuple[list[Problem], list[Problem]]:
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    config = sub.config
+    if "seed" in config:
+        problems.append(
+            Problem(name, "config.seed", "must not be in config: each seed is in seeds[i].seed")
+        )
+    recomputed = stable_hash(config)
+    if recomputed != sub.config_hash:
+        problems.append(
+            Problem(
+                name, "config_hash", f"is {sub.config_hash} but stable_hash(config) is {recomputed}"
+            )
+        )
+    for i, run in enumerate(sub.seeds):
+        expected = stable_hash({**config, "seed": run.seed})
+        if run.config_hash != expected:
+            problems.append(
+                Problem(
+                    name,
+                    f"seeds[{i}].config_hash",
+                    f"is {run.config_hash} but the config with seed {run.seed} hashes to {expected}",
+                )
+            )
+    for key, actual in (
+        ("model", _get(config, "model", "name")),
+        ("embedding", _get(config, "embedding", "name")),
+        ("dataset", _get(config, "dataset", "name")),
+        ("protocol", _get(config, "dataset", "protocol")),
+        ("task", _get(config, "task", "name")),
+    ):
+        if getattr(sub, key) != actual:
+            where = {"protocol": "dataset.protocol"}.get(key, f"{key}.name")
+            problems.append(
+                Problem(name, key, f"is {getattr(sub, key)!r} but config.{where} is {actual!r}")
+            )
+    if sub.environment.device != config.get("device"):
+        problems.append(
+            Problem(
+                name,
+                "environment.device",
+                f"is {sub.environment.device!r} but config.device is {config.get('device')!r}",
+            )
+        )
+    threads = _get(config, "train", "threads")
+    if isinstance(threads, int) and threads != sub.environment.threads:
+        problems.append(
+            Problem(
+                name,
+                "environment.threads",
+                f"is {sub.environment.threads} but config.train.threads is {threads}",
+            )
+        )
+    try:
+        resolved = validate_config({**config, "seed": sub.seeds[0].seed}).identity()
+    except ConfigError as exc:
+        problems.append(Problem(name, "config", f"does not resolve with this suite: {exc}"))
+        return problems, warnings
+    except Exception as exc:  # noqa: BLE001 - any failure of untrusted config is a problem
+        problems.append(Problem(name, "config", f"does not resolve with this suite: {exc}"))
+        return problems, warnings
+    recorded = _flat({**config, "seed": sub.seeds[0].seed})
+    now = _flat(resolved)
+    for key in sorted(recorded):
+        if key not in now:
+            problems.append(Problem(name, f"config.{key}", "is not a field of the resolved config"))
+        elif now[key] != recorded[key]:
+            problems.append(
+                Problem(name, f"config.{key}", f"is {recorded[key]!r} but resolves to {now[key]!r}")
+            )
+    added = sorted(set(now) - set(recorded))
+    if added:
+        warnings.append(
+            Problem(
+                name,
+                "config",
+                "this suite resolves fields the submission does not record "
+                f"(defaults added since): {', '.join(added)}",
+                "warning",
+            )
+        )
+    return problems, warnings
+
+
+def check_metrics(name: str, sub: Submission) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: dict[int, int] = {}
+    for i, run in enumerate(sub.seeds):
+        if run.seed in seen:
+            problems.append(
+                Problem(
+                    name, f"seeds[{i}].seed", f"seed {run.seed} repeats seeds[{seen[run.seed]}]"
+                )
+            )
+        seen.setdefault(run.seed, i)
+    if len(seen) < MIN_SEEDS:
+        problems.append(
+            Problem(name, "seeds", f"needs at least {MIN_SEEDS} distinct seeds, has {len(seen)}")
+        )
+    names = set(sub.metrics)
+    for required in REQUIRED_METRICS.get(sub.task, ()):
+        if required not in names:
+            problems.append(
+                Problem(name, f"metrics.{required}", f"is required for task {sub.task!r}")
+            )
+    for i, run in enumerate(sub.seeds):
+        missing, extra = sorted(names - set(run.metrics)), sorted(set(run.metrics) - names)
+        if missing:
+            problems.append(Problem(name, f"seeds[{i}].metrics", f"lacks {', '.join(missing)}"))
+        if extra:
+            problems.append(
+                Problem(
+                    name,
+                    f"seeds[{i}].metrics",
+                    f"has {', '.join(extra)}, which metrics does not summarize",
+                )
+            )
+        for metric, value in sorted(run.metrics.items()):
+            if (msg := metric_range_problem(metric, value)) is not None:
+                problems.append(Problem(name, f"seeds[{i}].metrics.{metric}", msg))
+    for metric, summary in sorted(sub.metrics.items()):
+        if (msg := metric_range_problem(metric, summary.mean)) is not None:
+            problems.append(Problem(name, f"metrics.{metric}.mean", msg))
+        if metric.endswith("auc") and not summary.higher_is_better:
+            problems.append(
+                Problem(name, f"metrics.{metric}.higher_is_better", "must be true for AUC")
+            )
+        if metric.endswith("logloss") and summary.higher_is_better:
+            problems.append(
+                Problem(name, f"metrics.{metric}.higher_is_better", "must be false for log loss")
+            )
+        values = [run.metrics[metric] for run in sub.seeds if metric in run.metrics]
+        if len(values) != len(sub.seeds) or len(values) < 2:
+            continue
+        mean, std = summarize(values)
+        if not close(summary.mean, mean):
+            problems.append(
+                Problem(
+                    name,
+                    f"metrics.{metric}.mean",
+                    f"is {summary.mean!r} but the seeds' values give {mean!r}",
+                )
+            )
+        if not close(summary.std, std):
+            problems.append(
+                Problem(
+                    name,
+                    f"metrics.{metric}.std",
+                    f"is {summary.std!r} but the seeds' values give {std!r} (sample std, ddof=1)",
+                )
+            )
+    return problems
+
+
+def check_fingerprint(name: str, sub: Submission, registry: FingerprintRegistry) -> list[Problem]:
+    options = _get(sub.config, "dataset", "options")
+    options = options if isinstance(options, dict) else {}
+    where = f"{sub.dataset}/{sub.protocol} with options hash {options_hash(options)}"
+    entry = registry.lookup(sub.dataset, sub.protocol, options)
+    if entry is None:
+        return [
+            Problem(
+                name,
+                "data_fingerprint",
+                f"no registered fingerprint for {where} in {FINGERPRINTS}; synthetic data: run "
+                "`suite leaderboard fingerprints --update`; real data: a maintainer registers it",
+                UNREGISTERED,
+            )
+        ]
+    if entry.fingerprint != sub.data_fingerprint:
+        return [
+            Problem(
+                name,
+                "data_fingerprint",
+                f"is {sub.data_fingerprint[:16]}... but the registered fingerprint for {where} "
+                f"is {entry.fingerprint[:16]}...",
+            )
+        ]
+    return []
+
+
+def check_submission(
+    name: str, sub: Submission, registry: FingerprintRegistry, check_name: bool = True
+) -> tuple[list[Problem], list[Problem]]:
+    """Every single-file check of a parsed submission: (problems, warnings)."""
+    problems: list[Problem] = []
+    if check_name:
+        base = Path(name).name
+        expected = sub.filename()
+        if base != expected:
+            why = "" if FILENAME_PATTERN.match(base) else " (not a name `suite submit` writes)"
+            problems.append(
+                Problem(
+                    name,
+                    "(file name)",
+                    f"does not match the content: expected {expected}{why}; the name ends with the "
+                    "content hash, so a file edited after `suite submit` wrote it fails here",
+                )
+            )
+    config_problems, warnings = check_config(name, sub)
+    problems += config_problems
+    problems += check_metrics(name, sub)
+    problems += check_fingerprint(name, sub, registry)
+    return problems, warnings
+
+
+def duplicate_key(sub: Submission) -> tuple[str, str, str, str]:
+    return (sub.config_hash, sub.data_fingerprint, sub.task, sub.submitter.strip().casefold())
+
+
+def check_duplicates(items: list[tuple[str, Submission]]) -> list[Problem]:
+    first: dict[tuple[str, str, str, str], str] = {}
+    problems = []
+    for name, sub in items:
+        key = duplicate_key(sub)
+        if key in first:
+            problems.append(
+                Problem(
+                    name,
+                    "config_hash",
+                    f"duplicates {first[key]} (same config hash, data fingerprint, task and submitter)",
+                )
+            )
+        else:
+            first[key] = name
+    return problems
+
+
+def submission_files(leaderboard_dir: Path) -> tuple[list[Path], list[Problem]]:
+    """The ``*.json`` files under ``<leaderboard>/submissions``, each checked to stay inside."""
+    root = leaderboard_dir.resolve()
+    folder = leaderboard_dir / SUBMISSIONS
+    if not folder.is_dir():
+        return [], []
+    if not inside(folder, root):
+        return [], [Problem(str(folder), "(path)", f"resolves outside {leaderboard_dir}")]
+    files, problems = [], []
+    for path in sorted(folder.iterdir(), key=lambda p: p.name):
+        label = f"{SUBMISSIONS}/{path.name}"
+        if path.name.startswith("."):
+            continue
+        if not inside(path, root):
+            problems.append(Problem(label, "(path)", f"resolves outside {leaderboard_dir}"))
+        elif path.suffix != ".json" or not path.is_file():
+            problems.append(Problem(label, "(path)", "only submission *.json files belong here"))
+        else:
+            files.append(path)
+    return files, problems
+
+
+def validate(
+    leaderboard_dir: Path,
+    files: Iterable[Path] | None = None,
+    registry: FingerprintRegistry | None = None,
+) -> Report:
+    """Validate ``files`` (default: every submission) against the leaderboard's registry
+    and, for duplicates, against every submission it holds."""
+    report = Report()
+    if registry is None:
+        try:
+            registry = FingerprintRegistry.load(leaderboard_dir / FINGERPRINTS)
+        except SuiteError as exc:
+            report.problems.append(Problem(FINGERPRINTS, "(file)", str(exc)))
+            registry = FingerprintRegistry()
+    held, path_problems = submission_files(leaderboard_dir)
+    root = leaderboard_dir.resolve()
+    if files is None:
+        targets = held
+        report.problems += path_problems
+    else:
+        targets = [Path(f) for f in files]
+    # a board file is not a duplicate of itself, nor of a copy under the same name
+    target_keys = {p.resolve() for p in targets} | {p.name for p in targets}
+    others: list[tuple[str, Submission]] = []
+    for path in held:
+        if path.resolve() not in target_keys and path.name not in target_keys:
+            sub, problems = load_submission(path)
+            if sub is not None:
+                others.append((label_of(path, root), sub))
+    checked: list[tuple[str, Submission]] = []
+    for path in targets:
+        name = label_of(path, root)
+        sub, problems = load_submission(path, name)
+        report.problems += problems
+        if sub is None:
+            continue
+        problems, warnings = check_submission(name, sub, registry)
+        report.problems += problems
+        report.warnings += warnings
+        report.submissions.append((path, sub))
+        checked.append((name, sub))
+    dupes = check_duplicates(others + checked)
+    report.problems += [p for p in dupes if p.file in {n for n, _ in checked}]
+    return report
+
+
+def label_of(path: Path, root: Path) -> str:
+    """``submissions/x.json`` for files under the leaderboard, else the path as given."""
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return str(path)

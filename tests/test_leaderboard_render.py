@@ -1,0 +1,180 @@
+"""Rendering: deterministic, escaped, and the repository's leaderboard is what its
+submission files render to."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from suite.cli import main
+from suite.leaderboard.render import (
+    INDEX,
+    README,
+    SCRIPT,
+    STYLE,
+    Item,
+    csp_hash,
+    groups,
+    json_for_script,
+    md_text,
+    render_html,
+    render_markdown,
+    safe_url,
+    write_leaderboard,
+)
+from suite.leaderboard.schema import Submission
+from suite.leaderboard.submit import write_submission
+from tests.test_leaderboard_validate import make_submission, registry_for
+
+REPO_BOARD = Path(__file__).resolve().parents[1] / "leaderboard"
+HOSTILE = '<script>window.__pwned=1;document.title="pwned"</script>'
+HOSTILE_NOTES = (
+    '</script><img src=x onerror="window.__pwned=2"> | `code` [x](javascript:1)\u2028end'
+)
+
+
+def sample_items() -> list[Item]:
+    """Three entries on one board (different memory and AUC), one on another dataset."""
+    subs = [
+        make_submission("Ada", embedding="full", auc=0.74, memory=6_000_000.0),
+        make_submission(HOSTILE, embedding="hash", auc=0.72, memory=600_000.0, notes=HOSTILE_NOTES),
+        make_submission(
+            "Grace", embedding="qr", auc=0.73, memory=900_000.0, paper="https://example.org/qr"
+        ),
+        make_submission("Lin", dataset="avazu-synth", auc=0.70, fingerprint="cd" * 32),
+    ]
+    return [Item(s.filename(), s) for s in subs]
+
+
+def test_render_is_deterministic_and_order_independent() -> None:
+    items = sample_items()
+    shuffled = items[::-1]
+    assert render_markdown(items) == render_markdown(shuffled)
+    assert render_html(items) == render_html(shuffled)
+
+
+def test_boards_are_ranked_by_the_primary_metric() -> None:
+    boards = groups(sample_items())
+    assert [(g.dataset, g.task) for g in boards] == [
+        ("avazu-synth", "accuracy"),
+        ("criteo-synth", "accuracy"),
+    ]
+    criteo = boards[1]
+    assert criteo.primary == "test_auc"
+    assert [i.sub.embedding for i in criteo.items] == ["full", "qr", "hash"]
+    assert criteo.metrics[0] == "test_auc"
+
+
+def test_markdown_tables_escape_untrusted_text() -> None:
+    text = render_markdown(sample_items())
+    assert "## criteo\\-synth · accuracy" in text or "## criteo-synth · accuracy" in text
+    assert "<script>" not in text and "<img" not in text
+    assert '&lt;script&gt;window.\\_\\_pwned=1;document.title="pwned"&lt;/script&gt;' in text
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    # every table row has the same number of unescaped cell separators as its header
+    for line in rows:
+        cells = re.split(r"(?<!\\)\|", line)
+        assert len(cells) == len(re.split(r"(?<!\\)\|", rows[0])), line
+    assert "[paper](https://example.org/qr)" in text
+    assert "javascript" not in text.replace("\\(javascript:1\\)", "")
+    assert md_text("a\nb | c") == "a b \\| c"
+
+
+def test_html_escapes_everything_and_embeds_data_safely() -> None:
+    page = render_html(sample_items())
+    assert "<script>window" not in page
+    assert "<img" not in page
+    assert 'onerror="' not in page
+    assert "&lt;script&gt;window.__pwned=1;document.title=&quot;pwned&quot;&lt;/script&gt;" in page
+    # exactly the two script elements we put there
+    assert page.count("<script") == 2
+    assert page.count("</script>") == 2
+    (data,) = re.findall(
+        r'<script type="application/json" id="leaderboard-data">(.*?)</script>', page, re.S
+    )
+    assert "<" not in data and ">" not in data and "&" not in data
+    assert "\u2028" not in page and "\u2029" not in page
+    parsed = json.loads(data)
+    submitters = {p["submitter"] for c in parsed["charts"] for p in c["points"]}
+    assert HOSTILE in submitters
+    # the policy allows only our own inline script and style
+    assert f"script-src {csp_hash(SCRIPT)}".replace("'", "&#x27;") in page
+    assert f"style-src {csp_hash(STYLE)}".replace("'", "&#x27;") in page
+    assert f"<script>{SCRIPT}</script>" in page
+    # no external asset is referenced
+    assert not re.search(
+        r'(src|href)="(https?:)?//', page.replace('href="https://example.org/qr"', "")
+    )
+    assert "innerHTML" not in SCRIPT and "insertAdjacentHTML" not in SCRIPT
+    assert "eval(" not in SCRIPT and "document.write" not in SCRIPT
+
+
+def test_json_for_script_escapes_markup_and_line_separators() -> None:
+    text = json_for_script({"a": "</script><!-- & \u2028\u2029"})
+    assert text == '{"a": "\\u003c/script\\u003e\\u003c!-- \\u0026 \\u2028\\u2029"}'
+    assert json.loads(text) == {"a": "</script><!-- & \u2028\u2029"}
+
+
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [
+        ("https://example.org/p?a=1", True),
+        ("http://example.org", True),
+        ("javascript:alert(1)", False),
+        ("data:text/html,<script>", False),
+        ("https://exa mple.org", False),
+        ('https://example.org/"onmouseover="x', False),
+        ("//example.org", False),
+    ],
+)
+def test_only_plain_http_links(url: str, ok: bool) -> None:
+    assert (safe_url(url) == url) is ok
+
+
+def test_render_command_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    board = tmp_path / "leaderboard"
+    items = sample_items()
+    for item in items:
+        write_submission(item.sub, board)
+    registry_for(*(i.sub for i in items)).save(board / "fingerprints.yaml")
+    args = ["leaderboard", "render", "--leaderboard-dir", str(board)]
+    assert main([*args, "--check"]) == 1
+    assert main(args) == 0
+    assert main([*args, "--check"]) == 0
+    assert (board / README).read_text() == render_markdown(items)
+    assert (board / INDEX).read_text() == render_html(items)
+    # an invalid submission stops the render
+    bad = board / "submissions" / items[0].file
+    bad.write_text(bad.read_text().replace('"Ada"', '"Eve"'))
+    capsys.readouterr()
+    assert main(args) == 1
+    assert "(file name): does not match the content" in capsys.readouterr().out
+
+
+def _repo_items() -> list[Item]:
+    files = sorted((REPO_BOARD / "submissions").glob("*.json"))
+    return [Item(p.name, Submission.model_validate_json(p.read_text())) for p in files]
+
+
+def test_repository_leaderboard_is_rendered_from_its_submissions(tmp_path: Path) -> None:
+    items = _repo_items()
+    assert items, "the repository should hold at least one example submission"
+    write_leaderboard(items, tmp_path)
+    for name in (README, INDEX):
+        rendered = (tmp_path / name).read_text()
+        assert rendered == (REPO_BOARD / name).read_text(), (
+            f"leaderboard/{name} is stale: run `suite leaderboard render`"
+        )
+
+
+def test_repository_submissions_validate_and_use_registered_data(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["leaderboard", "validate", "--leaderboard-dir", str(REPO_BOARD)])
+    assert code == 0, capsys.readouterr().out
+    subs = [i.sub for i in _repo_items()]
+    assert any(s.dataset == "criteo-synth" and s.environment.device == "cpu" for s in subs)
+    assert all(len(s.seeds) >= 3 for s in subs)
