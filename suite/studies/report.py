@@ -1,0 +1,265 @@
+"""A study's summary: the trials table, the Pareto front, its plot and the best configs.
+
+Written under ``results/studies/<name>/``:
+
+- ``trials.csv``: one row per trial (state, method, feasibility, Pareto membership,
+  every metric of the task's result, the sampled params as dotted keys, config hash,
+  MLflow run id);
+- ``pareto.csv`` and ``pareto.png``: validation AUC against embedding bytes, one colour
+  per method, the non-dominated feasible trials joined by a line (the Pareto front over
+  the objectives in a multi-objective study; over AUC and bytes in a single-objective
+  one, where it shows what the memory budget costs);
+- ``best-<k>.yaml``: the best feasible trials' full resolved run configs
+  (``RunConfig.to_yaml()``), which ``suite run --config best-1.yaml`` runs as is.
+  Multi-objective: the Pareto-optimal trials in order of the first objective;
+  single-objective: the top trials by the objective.
+
+Infeasible trials (a constraint violated) stay COMPLETE in Optuna, with their violations
+in the user attr ``suite:constraints``; they are never Pareto-optimal nor best.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from suite.studies.spec import METHOD_PARAM, StudySpec
+from suite.studies.worker import (
+    CONSTRAINTS_ATTR,
+    ERROR_ATTR,
+    HASH_ATTR,
+    METRICS_ATTR,
+    RUN_ATTR,
+    SURPLUS_ATTR,
+)
+
+PLOT_Y, PLOT_X = "val_auc", "embedding_bytes"
+
+
+@dataclass
+class StudySummary:
+    """Counts, the Pareto front, the best trials and the files written."""
+
+    name: str
+    counts: dict[str, int]
+    pareto: list[int]
+    best: list[int]
+    files: list[Path] = field(default_factory=list)
+    best_configs: list[Path] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def trial_method(spec: StudySpec, trial: FrozenTrial) -> str:
+    if METHOD_PARAM in trial.params and spec.space.multi_method:
+        return str(trial.params[METHOD_PARAM])
+    if spec.space.methods:
+        return next(iter(spec.space.methods))
+    return spec.base.embedding.name
+
+
+def feasible(trial: FrozenTrial) -> bool:
+    violations = trial.user_attrs.get(CONSTRAINTS_ATTR) or []
+    return all(v <= 0 for v in violations)
+
+
+def completed(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    return [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get(METRICS_ATTR)]
+
+
+def pareto_front(
+    trials: Sequence[FrozenTrial], metrics: Sequence[tuple[str, str]]
+) -> list[FrozenTrial]:
+    """The feasible complete trials no other one dominates on ``metrics`` ((name, direction)
+    pairs), in trial-number order."""
+    pool = [t for t in completed(trials) if feasible(t)]
+
+    def key(t: FrozenTrial) -> list[float]:
+        m = t.user_attrs[METRICS_ATTR]
+        return [-m[name] if direction == "maximize" else m[name] for name, direction in metrics]
+
+    points = [(t, key(t)) for t in pool]
+    front = []
+    for t, p in points:
+        dominated = any(
+            all(a <= b for a, b in zip(q, p, strict=True))
+            and any(a < b for a, b in zip(q, p, strict=True))
+            for _, q in points
+        )
+        if not dominated:
+            front.append(t)
+    return sorted(front, key=lambda t: t.number)
+
+
+def best_trials(spec: StudySpec, trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """Best feasible trials first; duplicates of one config (a re-queued trial) once."""
+    first = spec.objectives[0]
+    sign = -1.0 if first.direction == "maximize" else 1.0
+    if spec.multi_objective:
+        pool = pareto_front(trials, [(o.metric, o.direction) for o in spec.objectives])
+    else:
+        pool = [t for t in completed(trials) if feasible(t)]
+    ranked = sorted(pool, key=lambda t: (sign * t.user_attrs[METRICS_ATTR][first.metric], t.number))
+    seen: set[str] = set()
+    out = []
+    for t in ranked:
+        digest = t.user_attrs.get(HASH_ATTR, str(t.number))
+        if digest not in seen:
+            seen.add(digest)
+            out.append(t)
+    return out
+
+
+def trials_table(spec: StudySpec, trials: Sequence[FrozenTrial], pareto: set[int]) -> Any:
+    """A pandas DataFrame, one row per trial (surplus trials, never run, left out)."""
+    import pandas as pd
+
+    objective_names = [o.metric for o in spec.objectives]
+    rows = []
+    for t in trials:
+        if t.user_attrs.get(SURPLUS_ATTR):
+            continue
+        metrics = t.user_attrs.get(METRICS_ATTR) or {}
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "method": trial_method(spec, t),
+            "feasible": feasible(t) if metrics else None,
+            "pareto": t.number in pareto,
+        }
+        for name in objective_names:
+            row[name] = metrics.get(name)
+        for name in sorted(metrics):
+            if name not in objective_names:
+                row[name] = metrics[name]
+        for key, value in spec.space.overrides_from_params(t.params).items() if t.params else []:
+            if key != "embedding.name":
+                row[key] = value
+        row["config_hash"] = t.user_attrs.get(HASH_ATTR)
+        row["mlflow_run_id"] = t.user_attrs.get(RUN_ATTR)
+        row["retry_of"] = t.system_attrs.get("failed_trial")
+        row["duration_s"] = t.duration.total_seconds() if t.duration else None
+        row["error"] = t.user_attrs.get(ERROR_ATTR)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_front(spec: StudySpec, table: Any, out: Path) -> Path | None:
+    """Validation AUC against embedding bytes, one colour per method, front highlighted."""
+    if table.empty or PLOT_X not in table or PLOT_Y not in table:
+        return None
+    done = table[table["state"] == "COMPLETE"].dropna(subset=[PLOT_X, PLOT_Y])
+    if done.empty:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    done = done.assign(feasible=done["feasible"].map({True: "feasible", False: "infeasible"}))
+    styles = {}
+    if (done["feasible"] == "infeasible").any():
+        styles = {
+            "style": "feasible",
+            "style_order": ["feasible", "infeasible"],
+            "markers": {"feasible": "o", "infeasible": "X"},
+        }
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    sns.scatterplot(data=done, x=PLOT_X, y=PLOT_Y, hue="method", s=50, alpha=0.8, ax=ax, **styles)
+    front = done[done["pareto"]].sort_values(PLOT_X)
+    if not front.empty:
+        ax.step(
+            front[PLOT_X], front[PLOT_Y], where="post", color="black", lw=1.2, label="Pareto front"
+        )
+        ax.scatter(
+            front[PLOT_X], front[PLOT_Y], facecolors="none", edgecolors="black", s=110, lw=1.2
+        )
+    for c in spec.constraints:
+        if c.metric == PLOT_X and c.max is not None:
+            ax.axvline(c.max, color="grey", ls="--", lw=1, label=f"max {PLOT_X}")
+    if done[PLOT_X].max() > 10 * max(done[PLOT_X].min(), 1.0):
+        ax.set_xscale("log")
+    ax.set_xlabel("embedding bytes")
+    ax.set_ylabel("validation AUC")
+    ax.set_title(f"study {spec.name}: {len(done)} complete trials")
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _write_text(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def export_config(spec: StudySpec, trial: FrozenTrial, path: Path) -> Path:
+    """The trial's full resolved run config, re-runnable with ``suite run --config``."""
+    config = spec.trial_config(spec.space.overrides_from_params(trial.params))
+    metrics = trial.user_attrs.get(METRICS_ATTR) or {}
+    figures = ", ".join(
+        f"{o.metric}={metrics[o.metric]:.6g}" for o in spec.objectives if o.metric in metrics
+    )
+    header = (
+        f"# study {spec.name}, trial {trial.number}: {figures}\n"
+        f"# config hash {config.config_hash()}; run it with: suite run --config {path.name}\n"
+    )
+    return _write_text(path, header + config.to_yaml())
+
+
+def summarize(spec: StudySpec, study: optuna.Study, out_dir: Path) -> StudySummary:
+    """Write the summary files; return what they hold."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trials = study.get_trials(deepcopy=False)
+    counts = {state.name.lower(): 0 for state in TrialState}
+    for t in trials:
+        if not t.user_attrs.get(SURPLUS_ATTR):
+            counts[t.state.name.lower()] += 1
+    plot_metrics = [(PLOT_Y, "maximize"), (PLOT_X, "minimize")]
+    if spec.multi_objective:
+        front = pareto_front(trials, [(o.metric, o.direction) for o in spec.objectives])
+    else:
+        front = pareto_front(trials, plot_metrics)
+    pareto = {t.number for t in front}
+    table = trials_table(spec, trials, pareto)
+    files = [_write_text(out_dir / "trials.csv", table.to_csv(index=False))]
+    if not table.empty:
+        files.append(
+            _write_text(out_dir / "pareto.csv", table[table["pareto"]].to_csv(index=False))
+        )
+    figure = plot_front(spec, table, out_dir / "pareto.png")
+    if figure:
+        files.append(figure)
+    for old in out_dir.glob("best-*.yaml"):
+        old.unlink()
+    best = best_trials(spec, trials)[: spec.export.best]
+    configs = [export_config(spec, t, out_dir / f"best-{k}.yaml") for k, t in enumerate(best, 1)]
+    metrics: dict[str, float] = {
+        f"trials_{k}": float(v) for k, v in counts.items() if k != "waiting"
+    }
+    metrics["pareto_size"] = float(len(front))
+    if best:
+        top = best[0].user_attrs[METRICS_ATTR]
+        for o in spec.objectives:
+            metrics[f"best_{o.metric}"] = float(top[o.metric])
+    return StudySummary(
+        name=spec.name,
+        counts=counts,
+        pareto=sorted(pareto),
+        best=[t.number for t in best],
+        files=files,
+        best_configs=configs,
+        metrics=metrics,
+    )

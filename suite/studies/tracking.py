@@ -1,0 +1,120 @@
+"""The study's MLflow runs: one parent run per study, a child run per trial.
+
+The parent is tagged ``suite.study_parent=<name>`` (how to find studies in the
+experiment) and its run id is stored in the Optuna study's user attrs, so every worker
+and every later session of the same study, on any machine, uses the same parent. It is
+created by the process that created the Optuna study (``create_study`` is atomic in
+every storage) before any worker starts, so workers never race to create it. Children
+are ordinary runs made by :func:`suite.engine.runner.execute` with
+``mlflow.parentRunId`` and the tags ``suite.study`` and ``suite.trial``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SuiteError
+from suite.tracking import Tracker, resolve_tracking_uri
+
+PARENT_TAG = "suite.study_parent"
+STUDY_TAG = "suite.study"
+TRIAL_TAG = "suite.trial"
+TRIAL_STATE_TAG = "suite.trial_state"
+PARENT_ATTR = "suite:mlflow_parent_run_id"
+PARENT_WAIT_S = 30.0
+
+
+def client_for(uri: str | None) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=resolve_tracking_uri(uri))
+
+
+def create_parent_run(
+    uri: str | None, experiment: str, study_name: str, tags: dict[str, str]
+) -> str:
+    tracker = Tracker.start(
+        uri, experiment, f"study-{study_name}", {PARENT_TAG: study_name, **tags}
+    )
+    return tracker.run_id
+
+
+def ensure_parent_run(
+    study: Any, created: bool, uri: str | None, experiment: str, tags: dict[str, str]
+) -> str:
+    """The study's parent run id: created (and stored in the study) by the process that
+    created the study; others wait for it (``PARENT_WAIT_S``), then create it themselves
+    (the creator died between the two steps)."""
+    run_id = study.user_attrs.get(PARENT_ATTR)
+    if run_id is None and not created:
+        deadline = time.monotonic() + PARENT_WAIT_S
+        while run_id is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            run_id = study.user_attrs.get(PARENT_ATTR)
+    if run_id is None:
+        run_id = create_parent_run(uri, experiment, study.study_name, tags)
+        study.set_user_attr(PARENT_ATTR, run_id)
+        return run_id
+    client = client_for(uri)
+    try:
+        run = client.get_run(run_id)
+    except Exception:
+        raise SuiteError(
+            f"study {study.study_name!r}: its MLflow parent run {run_id} is not in the tracking "
+            f"store {resolve_tracking_uri(uri)}; resume it with the tracking URI it started with"
+        ) from None
+    if run.info.status != "RUNNING":
+        client.update_run(run_id, status="RUNNING")
+    return run_id
+
+
+def trial_runs(client: Any, parent_run_id: str, study_name: str, number: int) -> list[Any]:
+    """The child runs of one trial (normally one)."""
+    parent = client.get_run(parent_run_id)
+    query = (
+        f"tags.`{STUDY_TAG}` = '{study_name}' AND tags.`{TRIAL_TAG}` = '{number}' "
+        f"AND tags.`mlflow.parentRunId` = '{parent_run_id}'"
+    )
+    return client.search_runs([parent.info.experiment_id], filter_string=query)
+
+
+def mark_trial_runs(
+    uri: str | None,
+    parent_run_id: str | None,
+    study_name: str,
+    number: int,
+    state: str,
+    end_status: str | None = None,
+) -> None:
+    """Tag a trial's child runs with its Optuna state (``suite.trial_state``) and, with
+    ``end_status``, end those not FINISHED with it: a pruned trial's run (which the runner
+    ended FAILED) and a dead worker's run (left RUNNING) become KILLED."""
+    if parent_run_id is None:
+        return
+    client = client_for(uri)
+    for run in trial_runs(client, parent_run_id, study_name, number):
+        client.set_tag(run.info.run_id, TRIAL_STATE_TAG, state)
+        if end_status and run.info.status != "FINISHED":
+            client.set_terminated(run.info.run_id, status=end_status)
+
+
+def log_summary(
+    uri: str | None,
+    parent_run_id: str,
+    files: list[Path],
+    metrics: dict[str, float],
+    tags: dict[str, str],
+    finished: bool,
+) -> None:
+    """Attach the summary files, figures and tags to the parent run."""
+    tracker = Tracker(client_for(uri), parent_run_id, resolve_tracking_uri(uri))
+    for path in files:
+        tracker.client.log_artifact(parent_run_id, str(path))
+    if metrics:
+        tracker.log_metrics(metrics)
+    if tags:
+        tracker.set_tags(tags)
+    if finished:
+        tracker.finish()
