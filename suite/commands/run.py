@@ -9,13 +9,28 @@ from suite.commands.common import add_run_arguments, config_from_args
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "run", help="run a task on a model, embedding method and dataset",
+        "run",
+        help="run a task on a model, embedding method and dataset",
         description="Resolve the run config (YAML, flags, --set) and run its task; the run is logged "
         "to MLflow and its result written as JSON.",
     )
     add_run_arguments(parser)
     parser.add_argument("--out", metavar="RESULT.json", help="also write the result JSON here")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument(
+        "--seeds",
+        metavar="S1,S2,...",
+        help="run once per seed under one parent MLflow run; report mean and std",
+    )
+    seeds.add_argument(
+        "--repeats",
+        type=int,
+        metavar="N",
+        help="like --seeds with seeds SEED..SEED+N-1 (SEED: --seed or the config's)",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -25,6 +40,13 @@ def handle(args: argparse.Namespace) -> int:
         print(config.to_yaml(), end="")
         print(f"# config hash: {config.config_hash()}")
         return 0
+    if args.seeds is not None or args.repeats is not None:
+        from suite.engine.multiseed import execute_seeds, parse_seeds, seeds_from
+
+        explicit = parse_seeds(args.seeds) if args.seeds is not None else None
+        seeds = seeds_from(explicit, args.repeats, offset=config.seed)
+        print_multiseed(execute_seeds(config, seeds, out=args.out))
+        return 0
     from suite.engine.runner import execute
 
     result = execute(config, out=args.out)
@@ -32,12 +54,41 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_multiseed(agg) -> None:  # noqa: ANN001
+    """A mean ± std table (sample std, ddof=1) with each seed's figure."""
+    print(
+        f"{agg.task} {agg.model}/{agg.embedding} on {agg.dataset} over seeds "
+        f"{', '.join(map(str, agg.seeds))} (config {agg.config_hash}, data {agg.data_fingerprint[:12]})"
+    )
+    seeds = "  ".join(f"{'seed ' + str(s):>12}" for s in agg.seeds)
+    width = max([28, *(len(name) for name in agg.mean)])
+    print(f"  {'metric':<{width}} {'mean':>12}   {'± std':<12} {seeds}")
+    for name, mean in agg.mean.items():
+        std = agg.std.get(name)
+        spread = f"± {std:.4g}" if std is not None else "± n/a"
+        values = "  ".join(f"{r.metrics[name]:>12.6g}" for r in agg.per_seed)
+        print(f"  {name:<{width}} {mean:>12.6g}   {spread:<12} {values}")
+    rule = agg.checkpoint["rule"]
+    steps = ", ".join(
+        f"{c['seed']}:{c['step']}" for c in agg.checkpoint["per_seed"] if c["step"] is not None
+    )
+    print(f"  checkpoint: {rule}" + (f" (seed:step {steps})" if steps else ""))
+    print(f"  std: sample standard deviation (ddof={agg.std_ddof})")
+    if agg.mlflow_run_id:
+        print(f"  mlflow parent run {agg.mlflow_run_id} in {agg.mlflow_tracking_uri}")
+
+
 def print_result(result) -> None:  # noqa: ANN001
-    print(f"{result.task} {result.model}/{result.embedding} on {result.dataset} "
-          f"(seed {result.seed}, config {result.config_hash}, data {result.data_fingerprint[:12]})")
+    print(
+        f"{result.task} {result.model}/{result.embedding} on {result.dataset} "
+        f"(seed {result.seed}, config {result.config_hash}, data {result.data_fingerprint[:12]})"
+    )
+    width = max([24, *(len(name) for name in result.metrics)])
     for name, value in result.metrics.items():
-        print(f"  {name:<24} {value:.6g}")
+        print(f"  {name:<{width}} {value:.6g}")
     if "checkpoint" in result.details:
-        print(f"  checkpoint: {result.details['checkpoint']} (step {result.details['checkpoint_step']})")
+        print(
+            f"  checkpoint: {result.details['checkpoint']} (step {result.details['checkpoint_step']})"
+        )
     if result.mlflow_run_id:
         print(f"  mlflow run {result.mlflow_run_id} in {result.mlflow_tracking_uri}")

@@ -14,6 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from suite.config import TrainConfig
+from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
 from suite.embeddings.tables import make_sparse_optimizer
@@ -39,7 +40,9 @@ class TrainOutcome:
         return self.examples / self.seconds if self.seconds > 0 else float("nan")
 
 
-def make_dense_optimizer(params: list[nn.Parameter], train: TrainConfig) -> torch.optim.Optimizer | None:
+def make_dense_optimizer(
+    params: list[nn.Parameter], train: TrainConfig
+) -> torch.optim.Optimizer | None:
     if not params:
         return None
     if train.dense_optimizer == "adam":
@@ -49,9 +52,52 @@ def make_dense_optimizer(params: list[nn.Parameter], train: TrainConfig) -> torc
     return torch.optim.SGD(params, lr=train.dense_lr)
 
 
+def make_optimizers(
+    model: RecModel, train: TrainConfig
+) -> tuple[torch.optim.Optimizer | None, torch.optim.Optimizer | None]:
+    """The dense optimizer and, for embeddings with sparse gradients, the sparse one
+    (either may be ``None``: fused tables update themselves)."""
+    dense_opt = make_dense_optimizer(model.dense_parameters(), train)
+    sparse_params = model.embedding.sparse_parameters()
+    sparse_opt = (
+        make_sparse_optimizer(sparse_params, train.sparse_optimizer, train.sparse_lr)
+        if sparse_params
+        else None
+    )
+    return dense_opt, sparse_opt
+
+
+def train_step(
+    model: RecModel,
+    batch: Batch,
+    dense_opt: torch.optim.Optimizer | None,
+    sparse_opt: torch.optim.Optimizer | None,
+) -> torch.Tensor:
+    """One training step on ``batch`` (already on the model's device): forward, BCE loss,
+    backward, optimizer steps. Returns the loss tensor (not synchronized)."""
+    logits = model(batch.dense, batch.sparse)
+    loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.label)
+    if dense_opt:
+        dense_opt.zero_grad(set_to_none=True)
+    if sparse_opt:
+        sparse_opt.zero_grad(set_to_none=True)
+    loss.backward()  # fused fbgemm tables update themselves here
+    if dense_opt:
+        dense_opt.step()
+    if sparse_opt:
+        sparse_opt.step()
+    return loss
+
+
 @torch.no_grad()
-def predict(model: RecModel, split: SplitArrays, batch_size: int, device: torch.device,
-            progress: bool = False, desc: str = "eval") -> np.ndarray:
+def predict(
+    model: RecModel,
+    split: SplitArrays,
+    batch_size: int,
+    device: torch.device,
+    progress: bool = False,
+    desc: str = "eval",
+) -> np.ndarray:
     """Logits ``[N]`` for every row of ``split``, in order."""
     was_training = model.training
     model.eval()
@@ -67,8 +113,14 @@ def predict(model: RecModel, split: SplitArrays, batch_size: int, device: torch.
     return out
 
 
-def evaluate(model: RecModel, split: SplitArrays, batch_size: int, device: torch.device,
-             progress: bool = False, desc: str = "eval") -> dict[str, float]:
+def evaluate(
+    model: RecModel,
+    split: SplitArrays,
+    batch_size: int,
+    device: torch.device,
+    progress: bool = False,
+    desc: str = "eval",
+) -> dict[str, float]:
     """Exact AUC and log loss over the whole split."""
     logits = predict(model, split, batch_size, device, progress, desc)
     return binary_metrics(np.asarray(split.label), logits)
@@ -90,11 +142,10 @@ def train(
     """
     cfg = train_config
     loader = BatchLoader(data.split("train"), cfg.batch_size, shuffle=cfg.shuffle, seed=seed)
-    dense_opt = make_dense_optimizer(model.dense_parameters(), cfg)
-    sparse_params = model.embedding.sparse_parameters()
-    sparse_opt = make_sparse_optimizer(sparse_params, cfg.sparse_optimizer, cfg.sparse_lr) if sparse_params else None
+    dense_opt, sparse_opt = make_optimizers(model, cfg)
     total = min(cfg.max_steps or 10**18, cfg.epochs * len(loader))
     val_split = data.split("val")
+    log_every = max(1, min(50, total // 20))
 
     history: list[dict[str, float]] = []
     best: tuple[float, int, dict[str, Any] | None] = (-float("inf"), 0, None)
@@ -118,25 +169,14 @@ def train(
         loader.set_epoch(epoch)
         tick = time.perf_counter()
         for batch in loader:
-            batch = batch.to(device)
-            logits = model(batch.dense, batch.sparse)
-            loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.label)
-            if dense_opt:
-                dense_opt.zero_grad(set_to_none=True)
-            if sparse_opt:
-                sparse_opt.zero_grad(set_to_none=True)
-            loss.backward()  # fused fbgemm tables update themselves here
-            if dense_opt:
-                dense_opt.step()
-            if sparse_opt:
-                sparse_opt.step()
+            loss = train_step(model, batch.to(device), dense_opt, sparse_opt)
             step += 1
             examples += len(batch)
             model.embedding.after_step(step)
             loss_sum += float(loss.detach())
             loss_count += 1
             bar.update(1)
-            if step % 50 == 0 or step == total:
+            if step % log_every == 0 or step == total:
                 bar.set_postfix(loss=f"{loss_sum / loss_count:.4f}")
                 if on_train_metrics:
                     on_train_metrics({"train_logloss": loss_sum / loss_count}, step)

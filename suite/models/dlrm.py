@@ -45,8 +45,8 @@ class DLRM(Backbone):
             rows, cols = torch.tril_indices(
                 vectors, vectors, offset=0 if options.interaction_self else -1
             )
-            self.register_buffer("pair_rows", rows, persistent=False)
-            self.register_buffer("pair_cols", cols, persistent=False)
+            # flat positions of the lower-triangle pairs in the [n, n] Gram matrix
+            self.register_buffer("pair_index", rows * vectors + cols, persistent=False)
             top_in = len(rows) + (dim if num_dense else 0)
         else:
             top_in = vectors * dim
@@ -61,7 +61,7 @@ class DLRM(Backbone):
             x, stacked = None, embedded
         if self.options.interaction == "dot":
             gram = torch.bmm(stacked, stacked.transpose(1, 2))
-            features = gram[:, self.pair_rows, self.pair_cols]
+            features = gram.flatten(1).index_select(1, self.pair_index)
             if x is not None:
                 features = torch.cat([x, features], dim=1)
         else:

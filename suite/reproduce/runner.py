@@ -101,11 +101,19 @@ def execute_run(config: RunConfig, seeds: list[int], label: str) -> RunRecord:
     from suite.engine.multiseed import execute_seeds
 
     multi = execute_seeds(config, seeds)
-    return RunRecord(label, config, *_multiseed_figures(multi), seeds=seeds)
-
-
-def _multiseed_figures(multi: Any) -> tuple[dict[str, float], dict[str, float], None]:
-    raise NotImplementedError
+    std = {k: v for k, v in multi.std.items() if v is not None}
+    details = dict(multi.per_seed[0].details) if multi.per_seed else {}
+    return RunRecord(
+        label,
+        config,
+        dict(multi.mean),
+        std,
+        seeds,
+        multi.mlflow_run_id,
+        None,
+        details,
+        multi.duration_s,
+    )
 
 
 def reproduce(

@@ -1,0 +1,226 @@
+"""One config over several seeds: a parent MLflow run, a child run per seed, mean and std.
+
+Each seed goes down the one run path (:func:`suite.engine.runner.execute`) with
+``seed`` overridden and the parent's run id, so each child is an ordinary run (its own
+result JSON, ``mlflow.parentRunId`` tag). The parent carries ``suite.multiseed=true``,
+the seed-free config hash, the data fingerprint, the params without ``seed``, the metrics
+``<metric>_mean`` and ``<metric>_std`` over seeds, and the aggregate as ``multiseed.json``.
+
+The std is the sample standard deviation (``ddof=1``: the seeds are a sample of the
+seeds one could have run); with a single seed it is undefined and left out (``None``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from suite.config import RunConfig, stable_hash
+from suite.data.source import get_prepared
+from suite.environment import environment
+from suite.errors import ConfigError
+from suite.tasks.base import RESULT_SCHEMA_VERSION, TaskResult, now_iso
+from suite.tracking import Tracker, flatten
+
+STD_DDOF = 1
+
+
+class MultiSeedResult(BaseModel):
+    """The per-seed results of one config and their mean and sample std (ddof=1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = RESULT_SCHEMA_VERSION
+    kind: str = "multiseed"
+    task: str
+    model: str
+    embedding: str
+    dataset: str
+    protocol: str | None
+    seeds: list[int]
+    config: dict[str, Any]
+    config_hash: str
+    """Hash of the config's identity without ``seed``."""
+    data_fingerprint: str
+    checkpoint: dict[str, Any]
+    """The checkpoint rule (``final`` or ``best`` on validation) and each seed's step."""
+    mean: dict[str, float]
+    std: dict[str, float | None]
+    std_ddof: int = STD_DDOF
+    higher_is_better: dict[str, bool]
+    per_seed: list[TaskResult]
+    mlflow_run_id: str | None = None
+    mlflow_tracking_uri: str | None = None
+    created: str = ""
+    duration_s: float = 0.0
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(self.model_dump_json(indent=2))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def read(cls, path: str | Path) -> MultiSeedResult:
+        return cls.model_validate_json(Path(path).read_text())
+
+
+def seedless_identity(config: RunConfig) -> dict[str, Any]:
+    data = config.identity()
+    data.pop("seed", None)
+    return data
+
+
+def seedless_hash(config: RunConfig) -> str:
+    """Stable hash of the config's identity without ``seed``: shared by all its seeds."""
+    return stable_hash(seedless_identity(config))
+
+
+def seeds_from(
+    seeds: list[int] | None = None, repeats: int | None = None, offset: int = 0
+) -> list[int]:
+    """Explicit ``seeds``, or ``offset, offset+1, ..., offset+repeats-1``."""
+    if seeds is not None and repeats is not None:
+        raise ConfigError("give --seeds or --repeats, not both")
+    if seeds is not None:
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise ConfigError(f"--seeds must be distinct integers, got {seeds}")
+        return list(seeds)
+    if repeats is None or repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {repeats}")
+    return [offset + i for i in range(repeats)]
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"1,2,3"`` -> ``[1, 2, 3]``."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds expects comma-separated integers, got {text!r}") from None
+
+
+def aggregate(results: list[TaskResult]) -> tuple[dict[str, float], dict[str, float | None]]:
+    """Mean and sample std (ddof=1) of each metric every result has."""
+    names = [n for n in results[0].metrics if all(n in r.metrics for r in results)]
+    mean: dict[str, float] = {}
+    std: dict[str, float | None] = {}
+    for name in names:
+        values = np.asarray([r.metrics[name] for r in results], dtype=np.float64)
+        mean[name] = float(values.mean())
+        std[name] = float(values.std(ddof=STD_DDOF)) if len(values) > STD_DDOF else None
+    return mean, std
+
+
+def multiseed_path(config: RunConfig, seeds: list[int]) -> Path:
+    """Default place of the aggregate JSON under ``tracking.results_dir``."""
+    tag = "-".join(str(s) for s in seeds) if len(seeds) <= 8 else f"{seeds[0]}-n{len(seeds)}"
+    name = f"{config.model.name}-{config.embedding.name}-{seedless_hash(config)}-seeds{tag}.json"
+    return (
+        Path(config.tracking.results_dir)
+        / config.task.name
+        / config.dataset.name
+        / "multiseed"
+        / name
+    )
+
+
+def execute_seeds(
+    config: RunConfig, seeds: list[int], out: str | Path | None = None
+) -> MultiSeedResult:
+    """Run ``config`` once per seed under one parent MLflow run; aggregate and record.
+
+    A failing seed marks the parent run FAILED and re-raises.
+    """
+    from suite.engine.runner import execute, run_tags
+
+    if not seeds:
+        raise ConfigError("no seeds to run")
+    started = time.perf_counter()
+    data = get_prepared(config.dataset, progress=config.train.progress)
+    group_hash = seedless_hash(config)
+    parent: Tracker | None = None
+    if config.tracking.enabled:
+        env = environment(config.device)
+        tags = {
+            **run_tags(config, data.fingerprint, env),
+            "suite.config_hash": group_hash,
+            "suite.seed": ",".join(str(s) for s in seeds),
+            "suite.multiseed": "true",
+            "suite.seeds": ",".join(str(s) for s in seeds),
+        }
+        name = (
+            config.tracking.run_name
+            or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}"
+        ) + f"-seeds{len(seeds)}"
+        parent = Tracker.start(config.tracking.uri, config.tracking.experiment, name, tags)
+    try:
+        if parent:
+            params = flatten(seedless_identity(config))
+            params["seeds"] = ",".join(str(s) for s in seeds)
+            parent.log_params(params)
+            parent.log_text(config.to_yaml(), "config.yaml")
+        results = []
+        for seed in seeds:
+            child = config.with_overrides({"seed": seed})
+            results.append(
+                execute(
+                    child,
+                    parent_run_id=parent.run_id if parent else None,
+                    extra_tags={"suite.seedless_config_hash": group_hash},
+                )
+            )
+        mean, std = aggregate(results)
+        higher = {k: v for k, v in results[0].higher_is_better.items() if k in mean}
+        checkpoint = {
+            "rule": config.train.checkpoint,
+            "per_seed": [
+                {
+                    "seed": r.seed,
+                    "checkpoint": r.details.get("checkpoint"),
+                    "step": r.details.get("checkpoint_step"),
+                }
+                for r in results
+            ],
+        }
+        result = MultiSeedResult(
+            task=config.task.name,
+            model=config.model.name,
+            embedding=config.embedding.name,
+            dataset=config.dataset.name,
+            protocol=config.dataset.protocol,
+            seeds=list(seeds),
+            config=seedless_identity(config),
+            config_hash=group_hash,
+            data_fingerprint=data.fingerprint,
+            checkpoint=checkpoint,
+            mean=mean,
+            std=std,
+            higher_is_better=higher,
+            per_seed=results,
+            mlflow_run_id=parent.run_id if parent else None,
+            mlflow_tracking_uri=parent.uri if parent else None,
+            created=now_iso(),
+            duration_s=round(time.perf_counter() - started, 3),
+        )
+        result.write(multiseed_path(config, seeds))
+        if out:
+            result.write(out)
+        if parent:
+            figures = {f"{k}_mean": v for k, v in mean.items()}
+            figures |= {f"{k}_std": v for k, v in std.items() if v is not None and math.isfinite(v)}
+            parent.log_metrics(figures)
+            parent.set_tags({"suite.checkpoint": config.train.checkpoint})
+            parent.log_text(result.model_dump_json(indent=2), "multiseed.json")
+            parent.finish()
+        return result
+    except BaseException:
+        if parent:
+            parent.fail()
+        raise

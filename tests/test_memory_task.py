@@ -1,0 +1,146 @@
+"""The ``memory`` task on every backbone x embedding method; analytic bytes vs real tensors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from suite.cli import main
+from suite.data.loader import BatchLoader
+from suite.data.source import get_prepared
+from suite.engine.build import build_model
+from suite.engine.runner import execute
+from suite.engine.train import make_optimizers, train_step
+from suite.registry import EMBEDDINGS, MODELS
+from suite.tasks.memory import optimizer_state_tensors, peak_memory, tensor_bytes
+from tests.conftest import TINY_DATA, tiny_config, tracking_uri
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One prepared tiny dataset for the whole module."""
+    return str(tmp_path_factory.mktemp("memory-cache"))
+
+
+def _flags(cache: str) -> list[str]:
+    sets = [f"dataset.options.{k}={v}" for k, v in TINY_DATA.items()]
+    sets += [
+        "train.threads=1",
+        f"dataset.cache_dir={cache}",
+        "train.batch_size=128",
+        "train.eval_batch_size=512",
+    ]
+    return [arg for s in sets for arg in ("--set", s)] + ["--quiet", "--no-tracking"]
+
+
+def _has_backend(embedding: str) -> bool:
+    options = getattr(EMBEDDINGS.get(embedding), "Options", None)
+    return options is not None and "backend" in options.model_fields
+
+
+@pytest.mark.parametrize("embedding", EMBEDDINGS.names())
+@pytest.mark.parametrize("model", MODELS.names())
+def test_memory_runs_for_every_model_and_embedding(
+    tmp_path: Path, shared_cache: str, model: str, embedding: str
+) -> None:
+    out = tmp_path / "memory.json"
+    argv = [
+        "run",
+        "--task",
+        "memory",
+        "--model",
+        model,
+        "--embedding",
+        embedding,
+        "--dataset",
+        "criteo-synth",
+        "--out",
+        str(out),
+        *_flags(shared_cache),
+    ]
+    assert main(argv) == 0
+    result = json.loads(out.read_text())
+    m, details = result["metrics"], result["details"]
+    assert details["embedding"]["matches"], details["embedding"]
+    assert m["analytic_mismatch_bytes"] == 0
+    assert m["embedding_bytes"] == m["embedding_parameter_bytes"] + m["embedding_auxiliary_bytes"]
+    assert m["embedding_bytes"] > 0 and m["dense_parameter_bytes"] > 0
+    assert m["dense_optimizer_bytes"] > 0  # Adam state exists after the first step
+    assert m["total_state_bytes"] == (
+        m["embedding_bytes"]
+        + m["sparse_optimizer_bytes"]
+        + m["dense_parameter_bytes"]
+        + m["dense_optimizer_bytes"]
+    )
+    for step in ("train_step", "inference_step"):
+        assert m[f"{step}_peak_bytes"] >= m[f"{step}_extra_bytes"] >= 0
+        assert m[f"{step}_peak_bytes"] > 0
+    assert m["compression_ratio"] == pytest.approx(m["full_embedding_bytes"] / m["embedding_bytes"])
+    if embedding == "full":
+        assert m["compression_ratio"] == 1.0
+    assert details["batch_sizes"] == {"train": 128, "inference": 512}
+
+
+@pytest.mark.parametrize("backend", ["fbgemm", "torch"])
+@pytest.mark.parametrize("embedding", EMBEDDINGS.names())
+def test_analytic_bytes_equal_real_tensors(embedding: str, backend: str) -> None:
+    """``memory()`` equals the summed nbytes of ``storage_tensors()`` (plus, for tables
+    with sparse gradients, the torch sparse optimizer's state), and the task reports it."""
+    overrides = []
+    if backend != "fbgemm":
+        if not _has_backend(embedding):
+            pytest.skip(f"{embedding} has no backend option")
+        overrides.append(f"embedding.options.backend={backend}")
+    config = tiny_config(embedding=embedding, task="memory", overrides=overrides)
+    data = get_prepared(config.dataset, progress=False)
+    model = build_model(config, data)
+    dense_opt, sparse_opt = make_optimizers(model, config.train)
+    batch = next(iter(BatchLoader(data.split("train"), 64)))
+    train_step(model, batch, dense_opt, sparse_opt)
+
+    analytic = model.embedding.memory()
+    storage = model.embedding.storage_tensors()
+    assert analytic.parameters == sum(t.nbytes for t in storage["parameters"])
+    assert analytic.auxiliary == sum(t.nbytes for t in storage.get("auxiliary", []))
+    optimizer_tensors = [*storage.get("optimizer", []), *optimizer_state_tensors(sparse_opt)]
+    assert analytic.optimizer == sum(t.nbytes for t in optimizer_tensors)
+
+    result = execute(config)
+    assert result.metrics["embedding_parameter_bytes"] == analytic.parameters
+    assert result.metrics["embedding_auxiliary_bytes"] == analytic.auxiliary
+    assert result.metrics["sparse_optimizer_bytes"] == analytic.optimizer
+    dense = sum(p.nbytes for p in model.dense_parameters())
+    assert result.metrics["dense_parameter_bytes"] <= dense
+    assert result.metrics["dense_optimizer_bytes"] == tensor_bytes(
+        optimizer_state_tensors(dense_opt)
+    )
+
+
+def test_memory_figures_are_the_same_in_json_and_mlflow(tmp_path: Path) -> None:
+    uri = tracking_uri(tmp_path)
+    result = execute(tiny_config(task="memory", tracking=True, overrides=[f"tracking.uri={uri}"]))
+    run = MlflowClient(tracking_uri=uri).get_run(result.mlflow_run_id)
+    assert set(run.data.metrics) == set(result.metrics)
+    for name, value in result.metrics.items():
+        assert run.data.metrics[name] == pytest.approx(value)
+
+
+def test_peak_memory_sees_a_transient_allocation() -> None:
+    size = 64 << 20
+
+    def allocate() -> None:
+        block = torch.ones(size // 4)  # touched, so resident
+        del block
+
+    figures = peak_memory(allocate, torch.device("cpu"))
+    assert figures["extra"] >= 0.9 * size, figures
+    assert figures["peak"] >= figures["extra"]
+
+
+def test_tensor_bytes_counts_a_tensor_once() -> None:
+    a = torch.zeros(10)
+    assert tensor_bytes([a, a, torch.zeros(3, dtype=torch.float64)]) == 40 + 24
