@@ -1,0 +1,243 @@
+"""``scaling``: quality against training compute over a family of model-size presets.
+
+Each preset (``suite/presets/models/<name>.yaml``) is laid over the run's own config, so
+every point trains on the same data with the same budget, optimizer and seed, down the
+ordinary ``train`` + ``evaluate`` path. Per backbone a power law
+``logloss = a * C^(-b)`` is fitted in log-log space (``C`` = training FLOPs, 3 x forward x
+examples) and its exponent ``b`` and R^2 are reported; the points and fits are drawn on a
+log-log plot under ``results/scaling/``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from suite.config import RunConfig, load_yaml, validate_config
+from suite.engine.train import evaluate, train
+from suite.errors import ConfigError, SuiteError
+from suite.models.base import training_flops
+from suite.presets import preset_path
+from suite.registry import TASKS
+from suite.tasks.base import RunContext, Task, TaskOutput
+
+DEFAULT_PRESETS = ["dlrm-xs", "dlrm-s", "dlrm-m", "wukong-xs", "wukong-s", "wukong-m"]
+PRESET_KEYS = {"model", "embedding"}
+PLOT_DIR = Path("results") / "scaling"
+
+
+class ScalingOptions(BaseModel):
+    """Which size presets to train, and whether to draw the plot."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    presets: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PRESETS),
+        min_length=1,
+        description="model presets (suite/presets/models/*.yaml) to train, in order",
+    )
+    plot: bool = Field(True, description="draw results/scaling/<dataset>-<confighash>.png")
+
+    @field_validator("presets")
+    @classmethod
+    def _known_presets(cls, names: list[str]) -> list[str]:
+        for name in names:
+            try:
+                preset_path(name)
+            except SuiteError as exc:
+                raise ValueError(str(exc)) from None
+        if len(set(names)) != len(names):
+            raise ValueError(f"presets must not repeat, got {names}")
+        return names
+
+
+def preset_config(base: RunConfig, name: str) -> RunConfig:
+    """``base`` with preset ``name``'s model (replaced whole) and embedding options (merged
+    into the run's own embedding method) laid over it, as an ``accuracy`` run."""
+    preset = load_yaml(preset_path(name))
+    if extra := sorted(set(preset) - PRESET_KEYS):
+        raise ConfigError(f"preset {name!r}: only {sorted(PRESET_KEYS)} may be set, found {extra}")
+    data = base.model_dump(mode="json")
+    data["model"] = preset["model"]
+    embedding = preset.get("embedding") or {}
+    if embedding.get("name", data["embedding"]["name"]) != data["embedding"]["name"]:
+        raise ConfigError(f"preset {name!r}: a size preset must not change the embedding method")
+    data["embedding"]["options"].update(embedding.get("options") or {})
+    data["task"] = {"name": "accuracy"}
+    return validate_config(data, f"preset {name}")
+
+
+def fit_power_law(compute: list[float], loss: list[float]) -> dict[str, float]:
+    """Least-squares fit of ``log loss = log a - b log C``; R^2 is measured in log space."""
+    x, y = np.log(np.asarray(compute, float)), np.log(np.asarray(loss, float))
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = float(((y - (intercept + slope * x)) ** 2).sum())
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - residual / total if total > 0 else float("nan")
+    return {"a": float(math.exp(intercept)), "exponent": float(-slope), "r2": r2, "points": len(x)}
+
+
+@TASKS.register("scaling")
+class ScalingTask(Task):
+    """Train a family of size presets on the same data and budget; fit loss vs compute."""
+
+    Options = ScalingOptions
+
+    def run(self, ctx: RunContext) -> TaskOutput:
+        options: ScalingOptions = ctx.config.task.typed_options()
+        started = time.perf_counter()
+        points = [self._point(ctx, index, name) for index, name in enumerate(options.presets)]
+
+        fits: dict[str, dict[str, float]] = {}
+        for backbone in dict.fromkeys(p["backbone"] for p in points):
+            mine = [p for p in points if p["backbone"] == backbone]
+            if len({p["training_flops"] for p in mine}) >= 2:
+                fits[backbone] = fit_power_law(
+                    [p["training_flops"] for p in mine], [p["test_logloss"] for p in mine]
+                )
+
+        metrics: dict[str, float] = {}
+        higher: dict[str, bool] = {}
+        for backbone, fit in fits.items():
+            metrics[f"{backbone}_exponent"], higher[f"{backbone}_exponent"] = fit["exponent"], True
+            metrics[f"{backbone}_r2"], higher[f"{backbone}_r2"] = fit["r2"], True
+        metrics["best_test_logloss"] = min(p["test_logloss"] for p in points)
+        metrics["best_test_auc"] = max(p["test_auc"] for p in points)
+        higher.update(best_test_logloss=False, best_test_auc=True)
+
+        plot = None
+        if options.plot:
+            name = f"{ctx.config.dataset.name}-{ctx.config.config_hash()}.png"
+            plot = str(draw_scaling_plot(points, fits, PLOT_DIR / name, ctx.config.dataset.name))
+        details = {
+            "points": points,
+            "fits": fits,
+            "plot": plot,
+            "fit": "log loss = a * C^(-exponent), "
+            "C = training FLOPs = 3 x forward FLOPs/example x examples; least squares in log-log",
+            "wall_seconds": round(time.perf_counter() - started, 3),
+        }
+        return TaskOutput(metrics, higher, details)
+
+    @staticmethod
+    def _point(ctx: RunContext, index: int, name: str) -> dict[str, Any]:
+        cfg = preset_config(ctx.config, name)
+        model = ctx.build_model(cfg)
+        outcome = train(
+            model,
+            ctx.data,
+            cfg.train,
+            cfg.seed,
+            ctx.device,
+            on_train_metrics=_prefixed(ctx, name),
+            on_validation=_prefixed(ctx, name),
+        )
+        progress = cfg.train.progress
+        test = evaluate(
+            model,
+            ctx.data.split("test"),
+            cfg.train.eval_batch_size,
+            ctx.device,
+            progress,
+            f"test {name}",
+        )
+        point = {
+            "preset": name,
+            "backbone": cfg.model.name,
+            "config_hash": cfg.config_hash(),
+            "test_auc": test["auc"],
+            "test_logloss": test["logloss"],
+            "params": sum(p.numel() for p in model.backbone.parameters()),
+            "embedding_bytes": model.embedding.memory().parameters,
+            "flops_per_example": model.flops_per_example(),
+            "examples": outcome.examples,
+            "training_flops": training_flops(model, outcome.examples),
+            "train_seconds": round(outcome.seconds, 3),
+        }
+        ctx.log_metrics(
+            {
+                f"points/{k}": float(point[k])
+                for k in (
+                    "test_auc",
+                    "test_logloss",
+                    "params",
+                    "flops_per_example",
+                    "training_flops",
+                )
+            },
+            index,
+        )
+        return point
+
+
+def _prefixed(ctx: RunContext, name: str) -> Callable[[dict[str, float], int], None]:
+    def log(metrics: dict[str, float], step: int) -> None:
+        ctx.log_metrics({f"{name}/{k}": v for k, v in metrics.items()}, step)
+
+    return log
+
+
+def draw_scaling_plot(
+    points: list[dict[str, Any]], fits: dict[str, dict[str, float]], path: Path, dataset: str
+) -> Path:
+    """Test log loss against training FLOPs, log-log, one line per backbone, fits dashed."""
+    import pandas as pd
+    import seaborn as sns
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FormatStrFormatter
+
+    frame = pd.DataFrame(points)
+    backbones = list(dict.fromkeys(frame["backbone"]))
+    palette = dict(zip(backbones, sns.color_palette(n_colors=len(backbones)), strict=True))
+    fig = Figure(figsize=(7, 4.8))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    sns.lineplot(
+        data=frame,
+        x="training_flops",
+        y="test_logloss",
+        hue="backbone",
+        palette=palette,
+        marker="o",
+        ax=ax,
+    )
+    for backbone, fit in fits.items():
+        xs = np.geomspace(
+            frame.loc[frame.backbone == backbone, "training_flops"].min(),
+            frame.loc[frame.backbone == backbone, "training_flops"].max(),
+            50,
+        )
+        ax.plot(
+            xs,
+            fit["a"] * xs ** (-fit["exponent"]),
+            ls="--",
+            lw=1,
+            color=palette[backbone],
+            label=f"{backbone} fit: b={fit['exponent']:.3g}, R²={fit['r2']:.2f}",
+        )
+    for row in frame.itertuples():
+        ax.annotate(
+            row.preset,
+            (row.training_flops, row.test_logloss),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=7,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
+    ax.set_xlabel("training compute (FLOPs)")
+    ax.set_ylabel("test log loss")
+    ax.set_title(f"scaling on {dataset}")
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    return path
