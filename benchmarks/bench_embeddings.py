@@ -92,7 +92,9 @@ def main() -> None:
                     low = RecModel(quantize_embedding(model.embedding, p), model.backbone)
                     variants[f"{method}@{p}"] = low
             for name, variant in variants.items():
-                infer_rate.setdefault(name, []).append(inference_rate(variant, test, args.eval_batch))
+                infer_rate.setdefault(name, []).append(
+                    inference_rate(variant, test, args.eval_batch)
+                )
                 m = variant.embedding.memory()
                 memory[name] = m.parameters + m.auxiliary
 

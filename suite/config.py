@@ -34,8 +34,11 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     parts = []
     for item in error.errors():
         loc = ".".join(str(p) for p in item["loc"] if p != "__root__")
-        loc = f"{prefix}{loc}" if loc else prefix.rstrip(".")
         msg = item["msg"].removeprefix("Value error, ")
+        field, sep, rest = msg.partition(": ")
+        if not loc and sep and field.isidentifier():
+            loc, msg = field, rest  # a model-level check naming its own field
+        loc = f"{prefix}{loc}" if loc else prefix.rstrip(".")
         allowed = item.get("ctx", {}).get("expected")
         if msg.startswith(("options.", "protocol:")):
             loc, msg = f"{loc}.{msg.split(':', 1)[0]}", msg.split(":", 1)[1].strip()

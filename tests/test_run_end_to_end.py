@@ -100,6 +100,11 @@ def test_two_identical_cpu_runs_give_identical_metrics() -> None:
         (["--dataset", "critoe-synth"], "Did you mean 'criteo-synth'?"),
         (["--set", "train.batch_size=-1"], "train.batch_size"),
         (["--device", "cuda"], None),
+        (["--task", "lowprec", "--embedding", "fiited"], "has no plain tables to quantize"),
+        (
+            ["--set", "embedding.options.dim=6"],
+            "embedding.options.dim: the fbgemm backend needs a multiple of 4",
+        ),
     ],
 )
 def test_bad_input_fails_in_one_line_and_leaves_no_run(

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from suite.embeddings.tables import Backend, PhysicalTables, SparseOptimizer
+
+FBGEMM_DIM_MULTIPLE = 4
+"""fbgemm's table-batched kernels need every table dim to be a multiple of 4."""
 
 
 class EmbeddingOptions(BaseModel):
@@ -26,6 +29,15 @@ class EmbeddingOptions(BaseModel):
 
     dim: int = Field(16, ge=1, description="embedding dim D the backbone sees")
     backend: Backend = Field("fbgemm", description="fbgemm table-batched kernel, or torch.nn")
+
+    @model_validator(mode="after")
+    def _fbgemm_dim(self) -> EmbeddingOptions:
+        if self.backend == "fbgemm" and self.dim % FBGEMM_DIM_MULTIPLE:
+            raise ValueError(
+                f"dim: the fbgemm backend needs a multiple of {FBGEMM_DIM_MULTIPLE}, got {self.dim} "
+                "(use backend: torch for other dims)"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -145,8 +157,8 @@ class ComposedEmbedding(EmbeddingMethod):
     ) -> None:
         super().__init__()
         self.dim = dim
-        self.transform = transform
-        self.combine = combine
+        self.transform = transform.to(context.device)
+        self.combine = combine.to(context.device)
         self.tables = PhysicalTables(
             transform.table_rows(),
             combine.table_dims(),

@@ -34,6 +34,10 @@ class FiitedOptions(EmbeddingOptions):
     storage."""
 
     chunks: int = Field(4, ge=1, description="K: chunks per embedding vector (dim % K == 0)")
+
+    def _fbgemm_dim(self) -> FiitedOptions:  # FIITED's pool has no fbgemm dim constraint
+        return self
+
     decay: float = Field(0.9, gt=0, le=1, description="gamma: per-step decay of the utility")
     prune_every: int = Field(100, ge=1, description="steps between pruning events")
     budget: float = Field(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from suite.embeddings.base import (
     ComposedEmbedding,
@@ -23,18 +23,6 @@ from suite.embeddings.base import (
     StackCombine,
 )
 from suite.registry import EMBEDDINGS
-
-FBGEMM_DIM_MULTIPLE = 4
-"""fbgemm's table-batched kernels need every table dim to be a multiple of 4."""
-
-
-def check_fbgemm_dim(dim: int, backend: str) -> None:
-    """Raise a field-naming ``ValueError`` for a dim fbgemm's kernel cannot hold."""
-    if backend == "fbgemm" and dim % FBGEMM_DIM_MULTIPLE:
-        raise ValueError(
-            f"dim: the fbgemm backend needs a multiple of {FBGEMM_DIM_MULTIPLE}, got {dim} "
-            "(use backend: torch for other dims)"
-        )
 
 
 class DivModTransform(IndexTransform):
@@ -104,11 +92,6 @@ class HashOptions(EmbeddingOptions):
         None, ge=1, description="fixed table size per feature; overrides ratio when set"
     )
     threshold: int = Field(200, ge=0, description="features with n <= threshold stay full")
-
-    @model_validator(mode="after")
-    def _check_dim(self) -> HashOptions:
-        check_fbgemm_dim(self.dim, self.backend)
-        return self
 
 
 def hashed_rows(cardinalities: list[int], options: HashOptions) -> list[int]:

@@ -15,12 +15,10 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
-from suite.embeddings.base import Combine, EmbeddingContext, EmbeddingOptions
+from suite.embeddings.base import FBGEMM_DIM_MULTIPLE, Combine, EmbeddingContext, EmbeddingOptions
 from suite.embeddings.hashing import (
-    FBGEMM_DIM_MULTIPLE,
     CountedComposedEmbedding,
     DivModTransform,
-    check_fbgemm_dim,
 )
 from suite.errors import ConfigError
 from suite.registry import EMBEDDINGS
@@ -38,7 +36,6 @@ class MixedDimOptions(EmbeddingOptions):
 
     @model_validator(mode="after")
     def _check_dims(self) -> MixedDimOptions:
-        check_fbgemm_dim(self.dim, self.backend)
         if self.min_dim > self.dim:
             raise ValueError(f"min_dim: must be <= dim ({self.dim}), got {self.min_dim}")
         return self

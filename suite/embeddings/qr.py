@@ -18,7 +18,7 @@ import torch
 from pydantic import Field, model_validator
 
 from suite.embeddings.base import Combine, EmbeddingContext, EmbeddingOptions
-from suite.embeddings.hashing import CountedComposedEmbedding, DivModTransform, check_fbgemm_dim
+from suite.embeddings.hashing import CountedComposedEmbedding, DivModTransform
 from suite.registry import EMBEDDINGS
 
 Operation = Literal["mult", "add", "concat"]
@@ -42,8 +42,6 @@ class QROptions(EmbeddingOptions):
                         f"dim: concat on the fbgemm backend needs both halves of dim to be "
                         f"multiples of 4 (dim divisible by 8), got {self.dim} (or use backend: torch)"
                     )
-        else:
-            check_fbgemm_dim(self.dim, self.backend)
         return self
 
 

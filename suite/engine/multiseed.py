@@ -21,7 +21,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from suite.config import RunConfig, stable_hash
-from suite.data.source import get_prepared
 from suite.environment import environment
 from suite.errors import ConfigError
 from suite.tasks.base import RESULT_SCHEMA_VERSION, TaskResult, now_iso
@@ -138,12 +137,12 @@ def execute_seeds(
 
     A failing seed marks the parent run FAILED and re-raises.
     """
-    from suite.engine.runner import execute, run_tags
+    from suite.engine.runner import execute, preflight, run_tags
 
     if not seeds:
         raise ConfigError("no seeds to run")
     started = time.perf_counter()
-    data = get_prepared(config.dataset, progress=config.train.progress)
+    _, data, _ = preflight(config)
     group_hash = seedless_hash(config)
     parent: Tracker | None = None
     if config.tracking.enabled:

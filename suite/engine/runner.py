@@ -7,11 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from suite.config import RunConfig
+from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
 from suite.environment import environment
-from suite.tasks.base import RunContext, TaskResult, now_iso
+from suite.tasks.base import RunContext, Task, TaskResult, now_iso
 from suite.tracking import Tracker, flatten
 
 
@@ -42,6 +45,16 @@ def run_tags(config: RunConfig, fingerprint: str, env: dict[str, Any]) -> dict[s
     }
 
 
+def preflight(config: RunConfig) -> tuple[torch.device, PreparedDataset, Task]:
+    """Everything that can fail on user input, done before any MLflow run exists: the
+    device, the task's own check of the config, and the prepared data."""
+    device = resolve_device(config.device)
+    task: Task = config.task.registry.get(config.task.name)()
+    task.check(config)
+    data = get_prepared(config.dataset, progress=config.train.progress)
+    return device, data, task
+
+
 def execute(
     config: RunConfig,
     out: str | Path | None = None,
@@ -55,10 +68,8 @@ def execute(
     before the MLflow run is created; a failure after that marks the run FAILED.
     """
     started = time.perf_counter()
-    device = resolve_device(config.device)
+    device, data, task = preflight(config)
     seed_everything(config.seed, config.train.threads)
-    data = get_prepared(config.dataset, progress=config.train.progress)
-    task = config.task.registry.get(config.task.name)()
     env = environment(config.device)
 
     tracker: Tracker | None = None

@@ -90,6 +90,10 @@ class Task:
 
     Options: ClassVar[type[BaseModel]] = NoOptions
 
+    def check(self, config: RunConfig) -> None:
+        """Reject a config this task cannot run (raise ``ConfigError``), before any work
+        and before any MLflow run exists."""
+
     def run(self, ctx: RunContext) -> TaskOutput:
         raise NotImplementedError
 

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suite.config import RunConfig
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
 from suite.engine.train import evaluate, train
@@ -35,14 +36,16 @@ class LowPrecTask(Task):
 
     Options = LowPrecOptions
 
+    def check(self, config: RunConfig) -> None:
+        if not issubclass(config.embedding.registry.get(config.embedding.name), ComposedEmbedding):
+            raise ConfigError(
+                f"task lowprec: embedding {config.embedding.name!r} has no plain tables to quantize "
+                "(allowed: full, hash, qr, mixed_dim)"
+            )
+
     def run(self, ctx: RunContext) -> TaskOutput:
         cfg = ctx.config
         options: LowPrecOptions = cfg.task.typed_options()
-        if not issubclass(cfg.embedding.registry.get(cfg.embedding.name), ComposedEmbedding):
-            raise ConfigError(
-                f"task lowprec: embedding {cfg.embedding.name!r} has no plain tables to quantize "
-                "(allowed: full, hash, qr, mixed_dim)"
-            )
         model = ctx.build_model()
         outcome = train(
             model,
