@@ -38,6 +38,8 @@ class AccuracyTask(Task):
             "test_logloss": test["logloss"],
             "train_samples_per_s": outcome.samples_per_second,
             "embedding_bytes": float(memory.parameters + memory.auxiliary),
+            "embedding_parameter_bytes": float(memory.parameters),
+            "embedding_auxiliary_bytes": float(memory.auxiliary),
             "flops_per_example": float(model.flops_per_example()),
         }
         higher = {
@@ -47,6 +49,8 @@ class AccuracyTask(Task):
             "test_logloss": False,
             "train_samples_per_s": True,
             "embedding_bytes": False,
+            "embedding_parameter_bytes": False,
+            "embedding_auxiliary_bytes": False,
             "flops_per_example": False,
         }
         details = {
