@@ -38,34 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 FULL_ROWS = 45_840_617
 # Criteo Kaggle: distinct values per categorical feature and share of empty fields
-CARDINALITIES = [
-    1460,
-    583,
-    10131227,
-    2202608,
-    305,
-    24,
-    12517,
-    633,
-    3,
-    93145,
-    5683,
-    8351593,
-    3194,
-    27,
-    14992,
-    5461306,
-    10,
-    5652,
-    2173,
-    4,
-    7046547,
-    18,
-    15,
-    286181,
-    105,
-    142572,
-]
+from suite.datasets.synthetic import CRITEO_CARDINALITIES as CARDINALITIES  # noqa: E402
+
 CAT_MISSING = [
     0,
     0,

@@ -73,3 +73,28 @@ def test_rerun_gives_the_same_report(tmp_path: Path) -> None:
     assert "DLRM learns the synthetic teacher" in reports[0]
     assert "#/runs/" in reports[0]
     assert comparable(reports[0]) == comparable(reports[1])
+
+
+REPO = Path(__file__).resolve().parents[1]
+CHECKED_IN = REPO / "results" / "quick" / "REPORT.md"
+
+
+def test_checked_in_quick_report_covers_every_quick_claim() -> None:
+    from suite.reproduce.runner import select_specs, selected_claims
+
+    report = CHECKED_IN.read_text()
+    for spec in select_specs(None, "quick"):
+        assert f"## {spec.paper}:" in report
+        for claim in selected_claims(spec, "quick", None):
+            rows = [line for line in report.splitlines() if line.startswith(f"| {claim.text} |")]
+            assert len(rows) == 1, claim.id
+            assert rows[0].rstrip().endswith(("**holds** |", "**does not hold** |")), claim.id
+    for plot in ("auc_vs_bytes.png", "throughput.png", "scaling.png"):
+        assert (CHECKED_IN.parent / plot).stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_checked_in_quick_report_is_what_the_code_produces(tmp_path: Path) -> None:
+    out = tmp_path / "quick"
+    assert main(["reproduce", "--profile", "quick", "--quiet", "--out", str(out)]) == 0
+    assert comparable((out / "REPORT.md").read_text()) == comparable(CHECKED_IN.read_text())

@@ -30,15 +30,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///./mlruns/mlflow.db)",
     )
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any config field, e.g. --set train.dense_lr=0.01 (repeatable)",
+    add_set_argument(
+        parser, "override any config field, e.g. --set train.dense_lr=0.01 (repeatable)"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_set_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--set KEY=VALUE`` (repeatable), collected in ``args.overrides``."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

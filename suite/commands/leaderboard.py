@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from suite.commands.common import add_set_argument
 from suite.leaderboard import FINGERPRINTS, LEADERBOARD_DIR
 
 
@@ -95,14 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--protocol", help="its split protocol")
     p.add_argument("--raw", help="its raw files")
     p.add_argument("--cache-dir", help="root of prepared datasets")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="dataset option (repeatable)",
-    )
+    add_set_argument(p, "dataset option (repeatable)")
     p.set_defaults(handler=handle_fingerprints)
 
 

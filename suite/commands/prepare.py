@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from suite.commands.common import add_set_argument
 from suite.config import build_config
 
 
@@ -22,14 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--cache-dir",
         help="root of prepared datasets (default $RECSUITE_CACHE or ~/.cache/recsuite/prepared)",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="dataset option, e.g. --set min_count=4 (repeatable)",
-    )
+    add_set_argument(parser, "dataset option, e.g. --set min_count=4 (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(handler=handle)
 

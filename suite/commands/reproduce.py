@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from suite.commands.common import add_set_argument
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -18,14 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="report directory (default results/<profile>)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI")
     parser.add_argument("--mlflow-ui", default=None, help="base URL of the MLflow UI for links")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a field of every run, e.g. --set device=cuda",
-    )
+    add_set_argument(parser, "override a field of every run, e.g. --set device=cuda")
     parser.add_argument("--list", action="store_true", help="list papers, profiles and claims")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(handler=handle)
@@ -35,8 +30,9 @@ def handle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from suite.config import parse_override, set_dotted
+    from suite.fileio import write_text_atomic
     from suite.reproduce.plots import draw_plots
-    from suite.reproduce.report import DEFAULT_UI, render_report, write_atomic
+    from suite.reproduce.report import DEFAULT_UI, render_report
     from suite.reproduce.runner import default_report_dir, reproduce
     from suite.reproduce.spec import list_specs, load_spec
 
@@ -60,7 +56,7 @@ def handle(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else default_report_dir(args.profile)
     plots = draw_plots(outcomes, out_dir)
     report = render_report(args.profile, outcomes, plots, args.mlflow_ui or DEFAULT_UI)
-    write_atomic(out_dir / "REPORT.md", report)
+    write_text_atomic(out_dir / "REPORT.md", report)
     for outcome in outcomes:
         for claim in outcome.claims:
             print(f"{outcome.spec.paper:<10} {claim.verdict:<14} {claim.claim.id}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from suite.commands.common import add_set_argument
 from suite.config import parse_override
 
 
@@ -42,14 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="output directory (default results/studies/<name>)"
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a field of the base run config (repeatable)",
-    )
+    add_set_argument(parser, "override a field of the base run config (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no per-trial lines")
     parser.set_defaults(handler=handle)
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from suite.config import RunConfig, stable_hash
 from suite.environment import environment
 from suite.errors import ConfigError
+from suite.fileio import write_text_atomic
 from suite.tasks.base import RESULT_SCHEMA_VERSION, TaskResult, now_iso
 from suite.tracking import Tracker, flatten
 
@@ -59,12 +60,7 @@ class MultiSeedResult(BaseModel):
     duration_s: float = 0.0
 
     def write(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(self.model_dump_json(indent=2))
-        tmp.replace(path)
-        return path
+        return write_text_atomic(path, self.model_dump_json(indent=2))
 
     @classmethod
     def read(cls, path: str | Path) -> MultiSeedResult:

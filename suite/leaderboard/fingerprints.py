@@ -10,7 +10,6 @@ in a temporary directory; a maintainer adds a real dataset's entry after prepari
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from suite.config import DatasetSpec, format_validation_error, stable_hash
 from suite.errors import SuiteError
+from suite.fileio import write_text_atomic
 from suite.leaderboard.schema import MAX_FILE_BYTES, Hash16, Name, Sha256, read_text_limited
 
 REGISTRY_VERSION = 1
@@ -108,17 +108,7 @@ class FingerprintRegistry:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text)
 
 
 def prepare_entry(spec: DatasetSpec, rebuild: bool, progress: bool = False) -> FingerprintEntry:

@@ -7,8 +7,6 @@ two runs of a profile on CPU give the same report outside it.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from suite.environment import environment
@@ -125,11 +123,3 @@ def comparable(report: str) -> str:
 
     body = report.split(TIMINGS_HEADING, 1)[0]
     return re.sub(r"#/runs/[0-9a-f]+", "#/runs/<id>", body)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)

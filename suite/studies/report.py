@@ -20,8 +20,6 @@ in the user attr ``suite:constraints``; they are never Pareto-optimal nor best.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from suite.fileio import write_text_atomic
 from suite.studies.spec import METHOD_PARAM, StudySpec
 from suite.studies.worker import (
     CONSTRAINTS_ATTR,
@@ -197,12 +196,7 @@ def plot_front(spec: StudySpec, table: Any, out: Path) -> Path | None:
 
 
 def _write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, text)
 
 
 def export_config(spec: StudySpec, trial: FrozenTrial, path: Path) -> Path:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from suite.config import NoOptions, RunConfig
 from suite.data.prepared import PreparedDataset
+from suite.fileio import write_text_atomic
 from suite.models.base import RecModel
 
 RESULT_SCHEMA_VERSION = 1
@@ -47,13 +46,7 @@ class TaskResult(BaseModel):
 
     def write(self, path: str | Path) -> Path:
         """Write atomically (temp file + rename) so no half-written result exists."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(self.model_dump_json(indent=2))
-        os.replace(tmp, path)
-        return path
+        return write_text_atomic(path, self.model_dump_json(indent=2))
 
     @classmethod
     def read(cls, path: str | Path) -> TaskResult:

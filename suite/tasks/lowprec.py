@@ -9,10 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from suite.config import RunConfig
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
-from suite.engine.train import evaluate, train
+from suite.engine.train import evaluate
 from suite.errors import ConfigError
 from suite.models.base import RecModel
 from suite.registry import TASKS
+from suite.tasks.accuracy import train_and_evaluate
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 LowPrecision = Literal["fp16", "int8", "int4"]
@@ -46,34 +47,10 @@ class LowPrecTask(Task):
     def run(self, ctx: RunContext) -> TaskOutput:
         cfg = ctx.config
         options: LowPrecOptions = cfg.task.typed_options()
-        model = ctx.build_model()
-        outcome = train(
-            model,
-            ctx.data,
-            cfg.train,
-            cfg.seed,
-            ctx.device,
-            on_train_metrics=ctx.log_metrics,
-            on_validation=ctx.on_validation,
-        )
+        model, base = train_and_evaluate(ctx)
+        test = {"auc": base.metrics["test_auc"], "logloss": base.metrics["test_logloss"]}
+        metrics, higher = dict(base.metrics), dict(base.higher_is_better)
         progress, batch = cfg.train.progress, cfg.train.eval_batch_size
-        val = evaluate(model, ctx.data.split("val"), batch, ctx.device, progress, "val")
-        test = evaluate(model, ctx.data.split("test"), batch, ctx.device, progress, "test")
-        memory = model.embedding.memory()
-        metrics = {
-            "val_auc": val["auc"],
-            "val_logloss": val["logloss"],
-            "test_auc": test["auc"],
-            "test_logloss": test["logloss"],
-            "embedding_bytes": float(memory.parameters + memory.auxiliary),
-        }
-        higher = {
-            "val_auc": True,
-            "val_logloss": False,
-            "test_auc": True,
-            "test_logloss": False,
-            "embedding_bytes": False,
-        }
         per_precision = {}
         for precision in dict.fromkeys(options.precisions):
             low = RecModel(quantize_embedding(model.embedding, precision), model.backbone)
@@ -100,19 +77,6 @@ class LowPrecTask(Task):
                 "parameters": low_memory.parameters,
                 "auxiliary": low_memory.auxiliary,
             }
-        details = {
-            "checkpoint": outcome.checkpoint,
-            "checkpoint_step": outcome.checkpoint_step,
-            "steps": outcome.steps,
-            "train_seconds": outcome.seconds,
-            "validation_history": outcome.history,
-            "embedding_memory": {
-                "fp32": {
-                    "parameters": memory.parameters,
-                    "auxiliary": memory.auxiliary,
-                    "optimizer": memory.optimizer,
-                },
-                **per_precision,
-            },
-        }
+        details = dict(base.details)
+        details["embedding_memory"] = {"fp32": base.details["embedding_memory"], **per_precision}
         return TaskOutput(metrics, higher, details)
