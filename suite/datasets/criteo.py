@@ -40,7 +40,7 @@ from suite.data.pipeline import (
 from suite.data.prepared import PreparedDataset
 from suite.data.raw import Parsed, RawReader, TextFormat, find_file
 from suite.data.source import DatasetSource
-from suite.data.splits import DaySplit, LastSourceHalves, RandomSplit
+from suite.data.splits import DaySplit, LastSourceHalves, RandomSplit, SplitRule
 from suite.errors import DataError
 from suite.registry import DATASETS
 
@@ -107,19 +107,35 @@ class CriteoKaggle(DatasetSource):
             for parsed in reader.read(path, FORMAT):
                 yield criteo_chunk(parsed)
 
-        return build_prepared(
-            dataset="criteo-kaggle",
-            protocol=protocol,
-            options=options,
-            out_dir=out_dir,
-            progress=progress,
-            dense=DENSE,
-            sparse=SPARSE,
-            chunks=chunks(),
-            reader=reader,
-            rule=rule,
-            extra={"dense_transform": "missing -> 0, negative -> 0, log(1 + x)"},
+        return build_criteo(
+            "criteo-kaggle", protocol, options, out_dir, progress, chunks(), reader, rule
         )
+
+
+def build_criteo(
+    dataset: str,
+    protocol: str,
+    options: CategoricalOptions,
+    out_dir: Path,
+    progress: bool,
+    chunks: Iterator[Chunk],
+    reader: RawReader,
+    rule: SplitRule,
+) -> PreparedDataset:
+    """Prepare Criteo-format chunks (Kaggle or Terabyte) with the shared schema."""
+    return build_prepared(
+        dataset=dataset,
+        protocol=protocol,
+        options=options,
+        out_dir=out_dir,
+        progress=progress,
+        dense=DENSE,
+        sparse=SPARSE,
+        chunks=chunks,
+        reader=reader,
+        rule=rule,
+        extra={"dense_transform": "missing -> 0, negative -> 0, log(1 + x)"},
+    )
 
 
 class TerabyteOptions(CategoricalOptions):
@@ -180,16 +196,6 @@ class CriteoTerabyte(DatasetSource):
                 for parsed in reader.read(path, FORMAT):
                     yield criteo_chunk(parsed, source=day)
 
-        return build_prepared(
-            dataset="criteo-terabyte",
-            protocol=protocol,
-            options=options,
-            out_dir=out_dir,
-            progress=progress,
-            dense=DENSE,
-            sparse=SPARSE,
-            chunks=chunks(),
-            reader=reader,
-            rule=rule,
-            extra={"dense_transform": "missing -> 0, negative -> 0, log(1 + x)"},
+        return build_criteo(
+            "criteo-terabyte", protocol, options, out_dir, progress, chunks(), reader, rule
         )
