@@ -15,8 +15,8 @@ from suite.cli import main
 from suite.config import build_config
 from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.source import get_prepared, prepared_dir
-from suite.engine.runner import execute
 from suite.errors import DataError
+from suite.runs.single import execute
 
 
 def row(

@@ -18,7 +18,7 @@ from suite.leaderboard.fingerprints import FingerprintEntry, FingerprintRegistry
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.submit import build_submission, write_submission
 from suite.leaderboard.validate import summarize, validate
-from suite.tasks.base import TaskResult
+from suite.results import TaskResult
 from tests.conftest import tiny_config
 
 FINGERPRINT = "ab" * 32

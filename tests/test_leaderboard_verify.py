@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from suite.cli import main
-from suite.engine.runner import execute
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.validate import validate
+from suite.runs.single import execute
 from suite.tracking import Tracker
 from tests.conftest import tiny_config, tracking_uri
 

@@ -13,9 +13,9 @@ from suite.cli import main
 from suite.data.loader import BatchLoader
 from suite.data.source import get_prepared
 from suite.engine.build import build_model
-from suite.engine.runner import execute
 from suite.engine.train import make_optimizers, train_step
 from suite.registry import EMBEDDINGS, MODELS
+from suite.runs.single import execute
 from suite.tasks.memory import optimizer_state_tensors, peak_memory, tensor_bytes
 from tests.conftest import TINY_DATA, tiny_config, tracking_uri
 

@@ -4,7 +4,7 @@ import numpy as np
 from sklearn.metrics import log_loss as sk_log_loss
 from sklearn.metrics import roc_auc_score
 
-from suite.engine.metrics import log_loss, roc_auc
+from suite.metrics import log_loss, roc_auc
 
 
 def test_auc_matches_sklearn_with_ties() -> None:

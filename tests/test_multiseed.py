@@ -11,8 +11,8 @@ from mlflow.tracking import MlflowClient
 
 import suite.tasks.accuracy as accuracy
 from suite.cli import main
-from suite.engine.multiseed import MultiSeedResult, execute_seeds, parse_seeds, seeds_from
 from suite.errors import ConfigError
+from suite.runs.multiseed import MultiSeedResult, execute_seeds, parse_seeds, seeds_from
 from tests.conftest import TINY_DATA, tiny_config, tracking_uri
 
 FAST = ["train.max_steps=6"]

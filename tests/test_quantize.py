@@ -10,9 +10,9 @@ from suite.data.source import get_prepared
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
 from suite.engine.build import build_model
-from suite.engine.runner import execute
 from suite.errors import ConfigError
 from suite.registry import EMBEDDINGS
+from suite.runs.single import execute
 from tests.conftest import TINY_DATA, tiny_config
 
 COMPOSED = [n for n in EMBEDDINGS.names() if issubclass(EMBEDDINGS.get(n), ComposedEmbedding)]

@@ -14,7 +14,7 @@ import pytest
 
 from suite.config import build_config
 from suite.data.source import get_prepared
-from suite.engine.runner import execute
+from suite.runs.single import execute
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.real_data

@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from suite.cli import main
-from suite.engine.runner import execute
+from suite.runs.single import execute
 from tests.conftest import TINY_DATA, tiny_config, tracking_uri
 
 TINY_FLAGS = [f"--set=dataset.options.{k}={v}" for k, v in TINY_DATA.items()] + [

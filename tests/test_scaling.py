@@ -9,9 +9,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from suite.config import build_config
-from suite.engine.runner import execute
 from suite.errors import ConfigError
 from suite.presets import preset_path
+from suite.runs.single import execute
 from suite.tasks.scaling import DEFAULT_PRESETS, fit_power_law, preset_config
 from tests.conftest import TINY_DATA, tiny_config, tracking_uri
 

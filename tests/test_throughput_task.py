@@ -13,9 +13,9 @@ from mlflow.tracking import MlflowClient
 import suite.engine.train as train_module
 from suite.cli import main
 from suite.data.source import get_prepared
-from suite.engine.runner import execute
 from suite.errors import ConfigError
 from suite.registry import EMBEDDINGS, MODELS
+from suite.runs.single import execute
 from suite.tasks.throughput import Window, timed_window
 from tests.conftest import TINY_DATA, tiny_config, tracking_uri
 

@@ -41,13 +41,13 @@ def handle(args: argparse.Namespace) -> int:
         print(f"# config hash: {config.config_hash()}")
         return 0
     if args.seeds is not None or args.repeats is not None:
-        from suite.engine.multiseed import execute_seeds, parse_seeds, seeds_from
+        from suite.runs.multiseed import execute_seeds, parse_seeds, seeds_from
 
         explicit = parse_seeds(args.seeds) if args.seeds is not None else None
         seeds = seeds_from(explicit, args.repeats, offset=config.seed)
         print_multiseed(execute_seeds(config, seeds, out=args.out))
         return 0
-    from suite.engine.runner import execute
+    from suite.runs.single import execute
 
     result = execute(config, out=args.out)
     print_result(result)

@@ -12,7 +12,7 @@ from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.schema import FeatureSchema
 from suite.data.source import DatasetSource
 from suite.data.synthetic import SyntheticProfile, TeacherSettings, generate
-from suite.engine.metrics import roc_auc
+from suite.metrics import roc_auc
 from suite.registry import DATASETS
 
 # Vocabulary sizes of the real datasets (Criteo Kaggle as counted by the DLRM reference).

@@ -18,7 +18,7 @@ from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
 from suite.embeddings.tables import make_sparse_optimizer
-from suite.engine.metrics import binary_metrics
+from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 
 MetricsCallback = Callable[[dict[str, float], int], None]

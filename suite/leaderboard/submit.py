@@ -27,7 +27,7 @@ from suite.leaderboard.schema import (
     read_text_limited,
 )
 from suite.leaderboard.validate import inside, summarize
-from suite.tasks.base import TaskResult
+from suite.results import TaskResult
 
 ENV_KEYS = tuple(Environment.model_fields)
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -28,7 +28,7 @@ from suite.config import validate_config
 from suite.errors import SuiteError
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.validate import check_config, load_submission
-from suite.tasks.base import TaskResult
+from suite.results import TaskResult
 
 DEFAULT_TOLERANCE = 1e-3
 MEASURED = re.compile(r"(per_s|_s|_seconds|_ms|latency|throughput|time)$")
@@ -126,8 +126,8 @@ def verify(
     import torch
 
     from suite.data.source import get_prepared
-    from suite.engine.runner import execute
     from suite.environment import fbgemm_version
+    from suite.runs.single import execute
 
     sub = load_checked(path)
     runs = {run.seed: run for run in sub.seeds}

@@ -17,7 +17,7 @@ from suite.config import RunConfig, deep_merge, validate_config
 from suite.errors import ConfigError
 from suite.reproduce.claims import ClaimOutcome, Figures, evaluate
 from suite.reproduce.spec import Claim, ReproductionSpec, list_specs, load_spec
-from suite.tasks.base import TaskResult
+from suite.results import TaskResult
 
 
 @dataclass
@@ -83,7 +83,7 @@ def needed_runs(spec: ReproductionSpec, profile: str, claim_ids: list[str] | Non
 
 def execute_run(config: RunConfig, seeds: list[int], label: str) -> RunRecord:
     """One config over its seeds: a single run, or a multi-seed parent with children."""
-    from suite.engine.runner import execute
+    from suite.runs.single import execute
 
     if len(seeds) == 1:
         result = execute(config.with_overrides({"seed": seeds[0]}))
@@ -98,7 +98,7 @@ def execute_run(config: RunConfig, seeds: list[int], label: str) -> RunRecord:
             dict(result.details),
             result.duration_s,
         )
-    from suite.engine.multiseed import execute_seeds
+    from suite.runs.multiseed import execute_seeds
 
     multi = execute_seeds(config, seeds)
     std = {k: v for k, v in multi.std.items() if v is not None}

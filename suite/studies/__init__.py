@@ -5,7 +5,7 @@ per embedding method, objectives (validation AUC up and embedding bytes down for
 Pareto front, or AUC alone under a memory constraint, with pruning), a budget and a
 sampler. :func:`run_study` runs it with one or more workers against SQLite, a journal
 file or PostgreSQL; every trial goes down the one run path
-(:func:`suite.engine.runner.execute`) as a child run of the study's MLflow parent run.
+(:func:`suite.runs.single.execute`) as a child run of the study's MLflow parent run.
 """
 
 from suite.studies.coordinator import StudyOutcome, run_study

@@ -5,7 +5,7 @@ experiment) and its run id is stored in the Optuna study's user attrs, so every 
 and every later session of the same study, on any machine, uses the same parent. It is
 created by the process that created the Optuna study (``create_study`` is atomic in
 every storage) before any worker starts, so workers never race to create it. Children
-are ordinary runs made by :func:`suite.engine.runner.execute` with
+are ordinary runs made by :func:`suite.runs.single.execute` with
 ``mlflow.parentRunId`` and the tags ``suite.study`` and ``suite.trial``.
 """
 

@@ -1,7 +1,7 @@
 """A study worker: trials one at a time until the study's budget is met.
 
 Each trial is an ordinary run: the sampled params become dotted overrides of the base
-config and :func:`suite.engine.runner.execute` trains and records it as a child of the
+config and :func:`suite.runs.single.execute` trains and records it as a child of the
 study's parent MLflow run. There is no second training loop.
 
 Budget: ``n_trials`` counts finished trials, COMPLETE or PRUNED (a pruned trial is a
@@ -183,7 +183,7 @@ class TrialObjective:
             raise SurplusTrial(f"the budget of {n} trials is taken by other workers; not run")
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
-        from suite.engine.runner import execute
+        from suite.runs.single import execute
 
         spec = self.spec
         self.claim(trial)

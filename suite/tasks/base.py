@@ -1,56 +1,17 @@
-"""The task interface, the context a task runs in, and the shared result schema."""
+"""The task interface and the context a task runs in (the result schema is :mod:`suite.results`)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from suite.config import NoOptions, RunConfig
 from suite.data.prepared import PreparedDataset
-from suite.fileio import write_text_atomic
 from suite.models.base import RecModel
-
-RESULT_SCHEMA_VERSION = 1
-
-
-class TaskResult(BaseModel):
-    """What every task returns, written to JSON and to MLflow with the same figures."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = RESULT_SCHEMA_VERSION
-    task: str
-    model: str
-    embedding: str
-    dataset: str
-    protocol: str | None
-    seed: int
-    config: dict[str, Any]
-    config_hash: str
-    data_fingerprint: str
-    metrics: dict[str, float]
-    higher_is_better: dict[str, bool]
-    details: dict[str, Any] = {}
-    environment: dict[str, Any] = {}
-    mlflow_run_id: str | None = None
-    mlflow_tracking_uri: str | None = None
-    created: str = ""
-    duration_s: float = 0.0
-
-    def write(self, path: str | Path) -> Path:
-        """Write atomically (temp file + rename) so no half-written result exists."""
-        return write_text_atomic(path, self.model_dump_json(indent=2))
-
-    @classmethod
-    def read(cls, path: str | Path) -> TaskResult:
-        return cls.model_validate(json.loads(Path(path).read_text()))
 
 
 @dataclass(frozen=True)
@@ -89,7 +50,3 @@ class Task:
 
     def run(self, ctx: RunContext) -> TaskOutput:
         raise NotImplementedError
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()

@@ -14,7 +14,8 @@ from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
 from suite.environment import environment
-from suite.tasks.base import RunContext, Task, TaskResult, now_iso
+from suite.results import TaskResult, now_iso
+from suite.tasks.base import RunContext, Task
 from suite.tracking import Tracker, flatten
 
 

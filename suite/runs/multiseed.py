@@ -1,6 +1,6 @@
 """One config over several seeds: a parent MLflow run, a child run per seed, mean and std.
 
-Each seed goes down the one run path (:func:`suite.engine.runner.execute`) with
+Each seed goes down the one run path (:func:`suite.runs.single.execute`) with
 ``seed`` overridden and the parent's run id, so each child is an ordinary run (its own
 result JSON, ``mlflow.parentRunId`` tag). The parent carries ``suite.multiseed=true``,
 the seed-free config hash, the data fingerprint, the params without ``seed``, the metrics
@@ -24,7 +24,7 @@ from suite.config import RunConfig, stable_hash
 from suite.environment import environment
 from suite.errors import ConfigError
 from suite.fileio import write_text_atomic
-from suite.tasks.base import RESULT_SCHEMA_VERSION, TaskResult, now_iso
+from suite.results import RESULT_SCHEMA_VERSION, TaskResult, now_iso
 from suite.tracking import Tracker, flatten
 
 STD_DDOF = 1
@@ -133,7 +133,7 @@ def execute_seeds(
 
     A failing seed marks the parent run FAILED and re-raises.
     """
-    from suite.engine.runner import execute, preflight, run_tags
+    from suite.runs.single import execute, preflight, run_tags
 
     if not seeds:
         raise ConfigError("no seeds to run")
