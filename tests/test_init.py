@@ -9,10 +9,12 @@ import pytest
 import torch
 from torch import nn
 
+from suite.data.source import get_prepared
 from suite.embeddings.base import EmbeddingContext, EmbeddingOptions
 from suite.embeddings.full import FullEmbedding
 from suite.embeddings.mixed_dim import MixedDimEmbedding, MixedDimOptions
 from suite.embeddings.qr import QREmbedding, QROptions
+from suite.engine.build import build_model
 from suite.errors import ConfigError
 from suite.models.dcnv2 import DCNv2, DCNv2Options
 from suite.models.dlrm import DLRM, DLRMOptions
@@ -20,6 +22,14 @@ from suite.models.wukong import Wukong, WukongOptions
 from tests.conftest import tiny_config
 
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory):
+    spec = tiny_config().dataset.model_copy(
+        update={"cache_dir": str(tmp_path_factory.mktemp("prepared"))}
+    )
+    return get_prepared(spec, progress=False)
 
 
 def context(cards: list[int], seed: int = 0) -> EmbeddingContext:
@@ -156,3 +166,19 @@ def test_init_is_an_option_of_every_method(embedding: str) -> None:
     assert tiny_config(embedding=embedding).embedding.typed_options().init == "reference"
     with pytest.raises(ConfigError, match="init"):
         tiny_config(embedding=embedding, overrides=["embedding.options.init=xavier"])
+
+
+def test_backbone_init_does_not_depend_on_the_embedding_method(tiny_data) -> None:
+    """Building the tables draws nothing from torch's global generator, so one seed gives
+    the backbone the same start under every method and backend (paired comparisons)."""
+    starts = []
+    for embedding, backend in (("full", "fbgemm"), ("full", "torch"), ("mixed_dim", "fbgemm")):
+        config = tiny_config(
+            embedding=embedding, overrides=[f"embedding.options.backend={backend}"]
+        )
+        starts.append(
+            [p.detach().clone() for p in build_model(config, tiny_data).backbone.parameters()]
+        )
+    for other in starts[1:]:
+        for a, b in zip(starts[0], other, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)

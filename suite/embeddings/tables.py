@@ -77,8 +77,9 @@ class PhysicalTables(nn.Module):
     With ``backend="fbgemm"`` the tables live in one table-batched kernel whose update is
     fused into the backward pass (the kernel owns its optimizer state), except tables
     whose dim the kernel cannot take (not a multiple of 4): those, and every table with
-    ``"torch"``, are ``nn.EmbeddingBag`` tables with sparse gradients that
-    :class:`RowwiseAdagrad` / ``torch.optim`` apply (the same update). No table is widened.
+    ``"torch"``, are ``torch.nn`` tables with sparse gradients that
+    :class:`RowwiseAdagrad` / ``torch.optim`` apply (the same update), the tables of one
+    dim stacked in one ``nn.Embedding`` (one lookup per dim). No table is widened.
     """
 
     def __init__(
@@ -107,31 +108,50 @@ class PhysicalTables(nn.Module):
         self.kernel_tables = [t for t, k in enumerate(in_kernel) if k]
         self.bag_tables = [t for t, k in enumerate(in_kernel) if not k]
         self.kernel: nn.Module | None = None
-        self.bags: nn.ModuleList | None = None
         if self.kernel_tables:
             self.kernel = self._make_kernel(device, optimizer, learning_rate)
             with torch.no_grad():
                 weights = self.kernel.split_embedding_weights()
                 for weight, t in zip(weights, self.kernel_tables, strict=True):
                     weight.copy_(init[t])
-        if self.bag_tables:
-            self.bags = nn.ModuleList()
-            for t in self.bag_tables:
-                bag = nn.EmbeddingBag(self.rows[t], self.dims[t], mode="sum", sparse=True)
-                with torch.no_grad():
-                    bag.weight.copy_(init[t])
-                self.bags.append(bag.to(device))
-        self._mixed = bool(self.kernel_tables) and bool(self.bag_tables)
+        # tables off the kernel: one stacked nn.Embedding per dim, table t at rows
+        # [start_t, start_t + rows_t) (a row-wise update does not see the stacking)
+        self.bag_groups: list[list[int]] = []
+        for t in self.bag_tables:
+            group = next((g for g in self.bag_groups if self.dims[g[0]] == self.dims[t]), None)
+            if group is None:
+                self.bag_groups.append([t])
+            else:
+                group.append(t)
+        self.bags = nn.ModuleList()
+        self._bag_slices: dict[int, tuple[int, int, int]] = {}  # table -> (group, start, end)
+        for g, group in enumerate(self.bag_groups):
+            starts = [0]
+            for t in group:
+                starts.append(starts[-1] + self.rows[t])
+                self._bag_slices[t] = (g, starts[-2], starts[-1])
+            # given its weight, nn.Embedding draws nothing from torch's global generator, so
+            # the backbone built after it starts the same whatever the embedding method
+            values = torch.cat([init[t] for t in group]).to(device)
+            self.bags.append(nn.Embedding(starts[-1], values.shape[1], sparse=True, _weight=values))
+            self.register_buffer(
+                f"_group_ids_{g}", torch.tensor(group, device=device), persistent=False
+            )
+            self.register_buffer(
+                f"_group_starts_{g}", torch.tensor(starts[:-1], device=device), persistent=False
+            )
+        # the output is [kernel tables | group 0 | group 1 ...]; put columns in table order
+        layout = [*self.kernel_tables, *(t for group in self.bag_groups for t in group)]
+        self._in_order = layout == list(range(len(self.rows)))
         self._kernel_prefix = self.kernel_tables == list(range(len(self.kernel_tables)))
-        if self._mixed:
-            # where each table's columns sit in [kernel output | bag outputs]
-            starts, col = {}, 0
-            for t in [*self.kernel_tables, *self.bag_tables]:
-                starts[t], col = col, col + self.dims[t]
-            order = [c for t in range(len(rows)) for c in range(starts[t], starts[t] + dims[t])]
-            kernel_ids = torch.tensor(self.kernel_tables, device=device)
-            self.register_buffer("kernel_ids", kernel_ids, persistent=False)
-            self.register_buffer("columns", torch.tensor(order, device=device), persistent=False)
+        self.register_buffer(
+            "_kernel_ids", torch.tensor(self.kernel_tables, device=device), persistent=False
+        )
+        starts, col = {}, 0
+        for t in layout:
+            starts[t], col = col, col + self.dims[t]
+        order = [c for t in range(len(rows)) for c in range(starts[t], starts[t] + dims[t])]
+        self.register_buffer("_columns", torch.tensor(order, device=device), persistent=False)
 
     def table_backends(self) -> list[str]:
         """Where each table lives: ``"fbgemm"`` (the fused kernel) or ``"torch"``."""
@@ -179,16 +199,22 @@ class PhysicalTables(nn.Module):
         return self.kernel(flat, offsets)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if self.bags is None:
-            return self._kernel_lookup(ids)
-        bags = [bag(ids[:, t : t + 1]) for t, bag in zip(self.bag_tables, self.bags, strict=True)]
-        if not self._mixed:
-            return torch.cat(bags, dim=1)
-        kernel_ids = ids[:, : len(self.kernel_tables)] if self._kernel_prefix else None
-        if kernel_ids is None:
-            kernel_ids = ids.index_select(1, self.kernel_ids)
-        out = torch.cat([self._kernel_lookup(kernel_ids), *bags], dim=1)
-        return out if self._kernel_prefix else out.index_select(1, self.columns)
+        batch = ids.shape[0]
+        pieces = []
+        if self.kernel is not None:
+            if len(self.kernel_tables) == len(self.rows):
+                kernel_ids = ids
+            elif self._kernel_prefix:
+                kernel_ids = ids[:, : len(self.kernel_tables)]
+            else:
+                kernel_ids = ids.index_select(1, self._kernel_ids)
+            pieces.append(self._kernel_lookup(kernel_ids))
+        for g, bag in enumerate(self.bags):
+            group_ids = ids.index_select(1, getattr(self, f"_group_ids_{g}"))
+            rows = bag(group_ids + getattr(self, f"_group_starts_{g}"))  # [B, T_g, d]
+            pieces.append(rows.reshape(batch, -1))
+        out = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+        return out if self._in_order else out.index_select(1, self._columns)
 
     def weights(self) -> list[torch.Tensor]:
         """Each table's ``[rows_t, dims_t]`` weight (views of the real storage)."""
@@ -196,13 +222,13 @@ class PhysicalTables(nn.Module):
         if self.kernel is not None:
             for t, w in zip(self.kernel_tables, self.kernel.split_embedding_weights(), strict=True):
                 out[t] = w
-        for t, bag in zip(self.bag_tables, self.bags or [], strict=True):
-            out[t] = bag.weight
+        for t, (g, lo, hi) in self._bag_slices.items():
+            out[t] = self.bags[g].weight[lo:hi]
         return [w for w in out if w is not None]
 
     def sparse_parameters(self) -> list[nn.Parameter]:
         """Parameters with sparse gradients for a torch sparse optimizer (tables off the kernel)."""
-        return [] if self.bags is None else [bag.weight for bag in self.bags]
+        return [bag.weight for bag in self.bags]
 
     def parameter_bytes(self) -> int:
         return sum(n * d for n, d in zip(self.rows, self.dims, strict=True)) * 4
@@ -227,7 +253,7 @@ class PhysicalTables(nn.Module):
             k = self.kernel
             parameters.append(k.weights_host if k.weights_host.numel() else k.weights_dev)
             optimizer = [s for table in k.split_optimizer_states() for s in table]
-        parameters += [bag.weight for bag in self.bags or []]
+        parameters += [bag.weight for bag in self.bags]
         return {"parameters": parameters, "optimizer": optimizer}
 
 
