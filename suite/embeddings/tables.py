@@ -114,18 +114,34 @@ class PhysicalTables(nn.Module):
                 weights = self.kernel.split_embedding_weights()
                 for weight, t in zip(weights, self.kernel_tables, strict=True):
                     weight.copy_(init[t])
-        # tables off the kernel: one stacked nn.Embedding per dim, table t at rows
-        # [start_t, start_t + rows_t) (a row-wise update does not see the stacking)
-        self.bag_groups: list[list[int]] = []
-        for t in self.bag_tables:
-            group = next((g for g in self.bag_groups if self.dims[g[0]] == self.dims[t]), None)
-            if group is None:
-                self.bag_groups.append([t])
-            else:
-                group.append(t)
         self.bags = nn.ModuleList()
         self._bag_slices: dict[int, tuple[int, int, int]] = {}  # table -> (group, start, end)
-        for g, group in enumerate(self.bag_groups):
+        self.bag_groups = self._build_bags(init, device)
+        # the output is [kernel tables | group 0 | group 1 ...]; put columns in table order
+        layout = [*self.kernel_tables, *(t for group in self.bag_groups for t in group)]
+        self._in_order = layout == list(range(len(self.rows)))
+        self._kernel_prefix = self.kernel_tables == list(range(len(self.kernel_tables)))
+        kernel_ids = (
+            None if self._kernel_prefix else torch.tensor(self.kernel_tables, device=device)
+        )
+        self.register_buffer("_kernel_ids", kernel_ids, persistent=False)
+        columns = None
+        if not self._in_order:
+            starts, col = {}, 0
+            for t in layout:
+                starts[t], col = col, col + self.dims[t]
+            order = [c for t in range(len(rows)) for c in range(starts[t], starts[t] + dims[t])]
+            columns = torch.tensor(order, device=device)
+        self.register_buffer("_columns", columns, persistent=False)
+
+    def _build_bags(self, init: list[torch.Tensor], device: torch.device) -> list[list[int]]:
+        """The tables off the kernel: one stacked ``nn.Embedding`` per dim, table ``t`` at
+        rows ``[start_t, start_t + rows_t)`` (a row-wise update does not see the stacking).
+        Returns the tables of each group."""
+        groups: dict[int, list[int]] = {}
+        for t in self.bag_tables:
+            groups.setdefault(self.dims[t], []).append(t)
+        for g, group in enumerate(groups.values()):
             starts = [0]
             for t in group:
                 starts.append(starts[-1] + self.rows[t])
@@ -134,24 +150,11 @@ class PhysicalTables(nn.Module):
             # the backbone built after it starts the same whatever the embedding method
             values = torch.cat([init[t] for t in group]).to(device)
             self.bags.append(nn.Embedding(starts[-1], values.shape[1], sparse=True, _weight=values))
-            self.register_buffer(
-                f"_group_ids_{g}", torch.tensor(group, device=device), persistent=False
-            )
-            self.register_buffer(
-                f"_group_starts_{g}", torch.tensor(starts[:-1], device=device), persistent=False
-            )
-        # the output is [kernel tables | group 0 | group 1 ...]; put columns in table order
-        layout = [*self.kernel_tables, *(t for group in self.bag_groups for t in group)]
-        self._in_order = layout == list(range(len(self.rows)))
-        self._kernel_prefix = self.kernel_tables == list(range(len(self.kernel_tables)))
-        self.register_buffer(
-            "_kernel_ids", torch.tensor(self.kernel_tables, device=device), persistent=False
-        )
-        starts, col = {}, 0
-        for t in layout:
-            starts[t], col = col, col + self.dims[t]
-        order = [c for t in range(len(rows)) for c in range(starts[t], starts[t] + dims[t])]
-        self.register_buffer("_columns", torch.tensor(order, device=device), persistent=False)
+            ids = torch.tensor(group, device=device)
+            self.register_buffer(f"_group_ids_{g}", ids, persistent=False)
+            first_rows = torch.tensor(starts[:-1], device=device)
+            self.register_buffer(f"_group_starts_{g}", first_rows, persistent=False)
+        return list(groups.values())
 
     def table_backends(self) -> list[str]:
         """Where each table lives: ``"fbgemm"`` (the fused kernel) or ``"torch"``."""
