@@ -31,7 +31,13 @@ table uniform in ``±sqrt(1/rows)``)."""
 
 
 class EmbeddingOptions(BaseModel):
-    """Options every embedding method has."""
+    """Options every embedding method has.
+
+    ``init``: for ``full`` and ``hash`` the reference (``create_emb`` in the DLRM
+    reference, whose hashed tables are its ``--max-ind-range`` tables) and the ``torch``
+    scheme coincide: uniform in ``±sqrt(1/n)``, ``n`` the table's rows. ``qr`` and
+    ``mixed_dim`` say what their reference does; ``fiited`` draws its own pool.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
