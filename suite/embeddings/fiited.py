@@ -236,16 +236,34 @@ class FiitedEmbedding(EmbeddingMethod):
 
     # ----------------------------------------------------------------- lookup
     def _locate(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Position and length of global ``rows`` (any shape); length 0 where pruned."""
-        levels = torch.arange(self.chunks, device=rows.device)  # j: length K - j
-        query = (levels * self.rows + rows.unsqueeze(-1)).to(self.key_dtype)  # [..., K]
+        """Position and length of global ``rows`` (any shape); length 0 where pruned.
+
+        Searches the longest rows' keys first and only the still unresolved rows after
+        that: most reads hit long (hot) rows, so a read costs about one binary search."""
+        flat = rows.reshape(-1)
+        pos = torch.zeros_like(flat)
+        length = torch.zeros_like(flat)
         if self.keys.numel() == 0:
-            zero = torch.zeros_like(rows)
-            return zero, zero
-        pos = torch.searchsorted(self.keys, query).clamp_(max=self.keys.numel() - 1)
-        found = self.keys[pos] == query
-        length = (found * (self.chunks - levels)).sum(-1)
-        return (found * pos).sum(-1), length
+            return pos.view_as(rows), length.view_as(rows)
+        todo = None  # all
+        last = self.keys.numel() - 1
+        for level in range(self.chunks):  # level j holds the rows of length K - j
+            query = flat if todo is None else flat[todo]
+            query = (query + level * self.rows).to(self.key_dtype)
+            at = torch.searchsorted(self.keys, query).clamp_(max=last)
+            hit = self.keys[at] == query
+            if todo is None:
+                pos = torch.where(hit, at, pos)
+                length = hit * (self.chunks - level)
+                todo = torch.nonzero(~hit).squeeze(1)
+            else:
+                found = todo[hit]
+                pos[found] = at[hit]
+                length[found] = self.chunks - level
+                todo = todo[~hit]
+            if todo.numel() == 0:
+                break
+        return pos.view_as(rows), length.view_as(rows)
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         rows = sparse + self.offsets  # [B, F] global rows
@@ -297,8 +315,9 @@ class FiitedEmbedding(EmbeddingMethod):
         if self.options.decay < 1 and age * -math.log(self.options.decay) > 40:
             self._renormalise(step)
             age = 0
-        norms = grad.norm(dim=-1) * self.options.decay**-age  # [B, F, K]
-        self.utility.index_add_(0, slots[live], norms[live])
+        norms = (grad * grad).sum(-1).sqrt_() * self.options.decay**-age  # [B, F, K]
+        if self.pool.shape[0]:  # slot 0 stands for pruned chunks and gets 0
+            self.utility.index_add_(0, slots.reshape(-1), (norms * live).reshape(-1))
         if self.options.regrow:
             self._track_pruned(rows, length, norms)
         if self.optimizer_name == "rowwise_adagrad":
@@ -322,13 +341,18 @@ class FiitedEmbedding(EmbeddingMethod):
         self.ring_pos.add_(len(ids)).remainder_(size)
 
     def _rowwise_update(self, pos: torch.Tensor, length: torch.Tensor, grad: torch.Tensor) -> None:
-        read = length > 0
-        if not bool(read.any()):
+        if self.keys.numel() == 0:
             return
-        unique, inverse = torch.unique(pos[read], return_inverse=True)
+        dead = self.keys.numel()  # stands for every pruned row; dropped below
+        rows = torch.where(length > 0, pos, dead).reshape(-1)
+        unique, inverse = torch.unique(rows, return_inverse=True)
         summed = grad.new_zeros(len(unique), self.chunks, self.chunk_dim)
-        summed.index_add_(0, inverse, grad[read])
-        lengths = torch.zeros_like(unique).scatter_(0, inverse, length[read])
+        summed.index_add_(0, inverse, grad.reshape(-1, self.chunks, self.chunk_dim))
+        if int(unique[-1]) == dead:
+            unique, summed = unique[:-1], summed[:-1]
+        if unique.numel() == 0:
+            return
+        lengths = self.chunks - self.keys[unique].long() // self.rows
         chunk = torch.arange(self.chunks, device=grad.device)
         live = chunk < lengths.unsqueeze(1)  # [U, K]
         summed *= live.unsqueeze(-1)
@@ -386,11 +410,17 @@ class FiitedEmbedding(EmbeddingMethod):
         if self.options.utility_threshold is not None:
             return score >= self.options.utility_threshold
         target = min(len(score), round(self.kept_fraction(step) * self.total_chunks))
-        order = torch.argsort(row, stable=True)
-        order = order[torch.argsort(chunk[order], stable=True)]
-        order = order[torch.argsort(-score[order], stable=True)]
-        keep = torch.zeros(len(score), dtype=torch.bool, device=score.device)
-        keep[order[:target]] = True
+        if target >= len(score):
+            return torch.ones_like(score, dtype=torch.bool)
+        if target == 0:
+            return torch.zeros_like(score, dtype=torch.bool)
+        tau = torch.kthvalue(score.cpu(), len(score) - target + 1).values.item()
+        keep = score > tau
+        missing = target - int(keep.sum())
+        if missing > 0:  # ties at tau: lower chunk, then lower row first (prefixes hold)
+            ties = torch.nonzero(score == tau).squeeze(1)
+            order = torch.argsort(chunk[ties] * self.rows + row[ties])
+            keep[ties[order[:missing]]] = True
         return keep
 
     @torch.no_grad()
