@@ -321,47 +321,43 @@ class FiitedEmbedding(EmbeddingMethod):
         if self.options.regrow:
             self._track_pruned(rows, length, norms)
         if self.optimizer_name == "rowwise_adagrad":
-            self._rowwise_update(pos, length, grad)
+            self._rowwise_update(pos, grad * live.unsqueeze(-1))
         else:
             self._valuewise_update(slots[live], grad[live])
 
     def _track_pruned(self, rows: torch.Tensor, length: torch.Tensor, norms: torch.Tensor) -> None:
         """Add each read vector's next pruned chunk to the sketch and the candidate ring."""
-        nxt = length < self.chunks  # [B, F]
-        if not bool(nxt.any()):
+        at = torch.nonzero(length.reshape(-1) < self.chunks).squeeze(1)
+        if at.numel() == 0:
             return
-        ids = rows[nxt] * self.chunks + length[nxt]
-        value = norms[nxt].gather(1, length[nxt].unsqueeze(1)).squeeze(1)
+        nxt = length.reshape(-1)[at]
+        ids = rows.reshape(-1)[at] * self.chunks + nxt
+        value = norms.reshape(-1)[at * self.chunks + nxt]
         for h, hashed in enumerate(self._hashes(ids)):
             self.sketch[h].index_add_(0, hashed, value)
         size = self.ring.numel()
         ids = ids[-size:].to(self.key_dtype)
-        at = (int(self.ring_pos) + torch.arange(len(ids), device=ids.device)) % size
-        self.ring[at] = ids
+        where = (int(self.ring_pos) + torch.arange(len(ids), device=ids.device)) % size
+        self.ring[where] = ids
         self.ring_pos.add_(len(ids)).remainder_(size)
 
-    def _rowwise_update(self, pos: torch.Tensor, length: torch.Tensor, grad: torch.Tensor) -> None:
+    def _rowwise_update(self, pos: torch.Tensor, grad: torch.Tensor) -> None:
+        """Row-wise Adagrad on the live rows read; ``grad [B, F, K, c]`` is zero on pruned
+        chunks, so pruned rows (position 0 stands in for them) add nothing."""
         if self.keys.numel() == 0:
             return
-        dead = self.keys.numel()  # stands for every pruned row; dropped below
-        rows = torch.where(length > 0, pos, dead).reshape(-1)
-        unique, inverse = torch.unique(rows, return_inverse=True)
-        summed = grad.new_zeros(len(unique), self.chunks, self.chunk_dim)
-        summed.index_add_(0, inverse, grad.reshape(-1, self.chunks, self.chunk_dim))
-        if int(unique[-1]) == dead:
-            unique, summed = unique[:-1], summed[:-1]
-        if unique.numel() == 0:
-            return
-        lengths = self.chunks - self.keys[unique].long() // self.rows
-        chunk = torch.arange(self.chunks, device=grad.device)
-        live = chunk < lengths.unsqueeze(1)  # [U, K]
-        summed *= live.unsqueeze(-1)
-        mean_sq = summed.pow(2).sum(dim=(1, 2)) / (lengths * self.chunk_dim)
-        self.opt_state.index_add_(0, unique, mean_sq)
-        scale = self.learning_rate / (self.opt_state[unique].sqrt() + ADAGRAD_EPS)
-        update = summed * scale[:, None, None]
-        slots = self.chunk_start[:-1] + unique.unsqueeze(1)  # [U, K]
-        self.pool.index_add_(0, slots[live], -update[live])
+        unique, inverse = torch.unique(pos.reshape(-1), return_inverse=True)
+        summed = grad.new_zeros(len(unique), self.dim)
+        summed.index_add_(0, inverse, grad.reshape(-1, self.dim))
+        lengths = self.chunks - self.keys[unique] // self.rows
+        self.opt_state.index_add_(0, unique, summed.pow(2).sum(1) / (lengths * self.chunk_dim))
+        scale = self.opt_state[unique].sqrt_().add_(ADAGRAD_EPS).reciprocal_()
+        scale.mul_(-self.learning_rate)
+        # chunks past a row's length get a zero update; clamped slots keep them in bounds
+        slots = self.chunk_start[:-1] + unique.unsqueeze(1)
+        slots.clamp_(max=self.pool.shape[0] - 1)
+        update = (summed * scale.unsqueeze(1)).view(-1, self.chunk_dim)
+        self.pool.index_add_(0, slots.reshape(-1), update)
 
     def _valuewise_update(self, slots: torch.Tensor, grad: torch.Tensor) -> None:
         if slots.numel() == 0:
