@@ -169,7 +169,7 @@ def test_fiited_at_a_tenth_budget_holds_at_most_15_percent_of_full() -> None:
     assert m["embedding_parameter_bytes"] == pytest.approx(
         0.1 * m["full_embedding_bytes"], rel=0.01
     )
-    assert 0 < m["embedding_index_bytes"] and 0 < m["embedding_utility_bytes"]
+    assert m["embedding_index_bytes"] > 0 and m["embedding_utility_bytes"] > 0
     assert m["embedding_total_bytes"] == (
         m["embedding_parameter_bytes"]
         + m["embedding_index_bytes"]

@@ -472,7 +472,11 @@ class FiitedEmbedding(EmbeddingMethod):
         self.ring_pos.zero_()
 
     def _rebuild(
-        self, rows: torch.Tensor, lengths: torch.Tensor, old_pos: torch.Tensor, old_len: torch.Tensor
+        self,
+        rows: torch.Tensor,
+        lengths: torch.Tensor,
+        old_pos: torch.Tensor,
+        old_len: torch.Tensor,
     ) -> None:
         """Lay the store out again for rows ``[M]`` with new ``lengths`` (0 drops a row);
         ``old_pos`` is each row's position in the old store (-1: new row)."""
