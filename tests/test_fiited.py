@@ -264,3 +264,27 @@ def test_checkpoint_round_trip_across_pool_sizes() -> None:
     emb.load_state_dict(pruned)
     torch.testing.assert_close(emb(sparse).detach(), out1)
     check_storage(emb)
+
+
+def test_sketch_estimates_the_utility_of_pruned_chunks() -> None:
+    """Pruned rows read with known gradients: the sketch estimates each one's next chunk
+    as its decayed sum of gradient norms, less the mean of the other buckets."""
+    emb = make(
+        [50], dim=8, chunks=4, budget=0.1, warmup_steps=0, prune_every=2, decay=0.5, tracked=1.0
+    )
+    set_utility(emb, torch.arange(200, dtype=torch.float32).view(50, 4))
+    emb.after_step(2)  # rows 0..44 pruned, rows 45..49 live with all 4 chunks
+    assert emb.vector_lengths()[:45].sum() == 0 and emb.live_chunks() == 20
+    rows = [3, 7, 11]
+    ids = torch.tensor(rows) * 4  # their first chunks
+    assert all(len(torch.unique(h)) == len(rows) for h in emb._hashes(ids)), "no collisions"
+    for step, value in ((3, 2.0), (5, 5.0)):  # no event at odd steps
+        out = emb(torch.tensor(rows).unsqueeze(1))
+        out.backward(torch.full_like(out, value))
+        emb.after_step(step)
+    emb._renormalise(5)
+    true = (2.0 * 0.5**2 + 5.0) * math.sqrt(2)  # a chunk of 2 values, each gradient `value`
+    width = emb.sketch.shape[1]
+    expected = torch.full((3,), true - 2 * true / (width - 1))
+    torch.testing.assert_close(emb._estimate(ids), expected)
+    assert sorted(emb.ring[emb.ring >= 0].tolist()) == sorted(ids.tolist() * 2)

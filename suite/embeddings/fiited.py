@@ -20,10 +20,10 @@ looked up in a sorted key array, and its position there is the physical index):
 - ``utility [C]``: the utility of each live chunk, aligned with the pool.
 - optimizer state: row-wise Adagrad keeps one accumulator per live row (as fbgemm's
   ``EXACT_ROWWISE_ADAGRAD`` keeps one per row of ``full``), Adagrad one per live value.
-- pruned chunks keep no exact state: their utility is estimated by a count-min sketch
-  (2 hashes, ``tracked * N * K`` buckets in all) and the pruned chunks read since the last
-  pruning event (only a vector's next chunk can grow back) are listed in a ring of the
-  same size. These are the regrowth candidates.
+- pruned chunks keep no exact state: their utility is estimated by a count-mean-min
+  sketch (2 hashes, ``tracked * N * K`` buckets in all) and the last pruned chunks read
+  before a pruning event (only a vector's next chunk can grow back) are listed in a ring
+  of the same size. These are the regrowth candidates.
 
 At a pruning event every structure is rebuilt at its new exact size; nothing is padded.
 """
@@ -105,9 +105,9 @@ class FiitedEmbedding(EmbeddingMethod):
       curve of gradual pruning (Zhu & Gupta 2017), reached at ``warmup_steps`` and held
       after; each event keeps the best-scored chunks up to that count. With
       ``utility_threshold`` it keeps every chunk whose score reaches the threshold.
-    - Regrowth: at each event the candidates (next chunks read since the last event, still
-      a vector's next chunk) compete with the live chunks, scored by their sketch estimate
-      (capped by the score of the chunk before them). A regrown chunk starts at zero, the
+    - Regrowth: at each event the candidates (the ring's next chunks, read since the last
+      event and still a vector's next chunk) compete with the live chunks, scored by their
+      sketch estimate (capped by the score of the chunk before them). A regrown chunk starts at zero, the
       value it read while pruned, with utility 0 and, for Adagrad, fresh state.
     - Optimizer: ours, applied in :meth:`after_step` to the rows read in the step.
       ``rowwise_adagrad``: one accumulator per live row, fed the mean squared gradient over
@@ -295,9 +295,16 @@ class FiitedEmbedding(EmbeddingMethod):
         return [(base * a + b) % _PRIME % width for a, b in zip(_HASH_A, _HASH_B, strict=True)]
 
     def _estimate(self, ids: torch.Tensor) -> torch.Tensor:
-        """Count-min estimate of the (scaled) utility of pruned chunks ``ids``."""
-        h0, h1 = self._hashes(ids)
-        return torch.minimum(self.sketch[0, h0], self.sketch[1, h1])
+        """Count-mean-min estimate of the (scaled) utility of pruned chunks ``ids``: each
+        hash's bucket less the mean of the other buckets (the collision noise it carries
+        on average), the smaller of the two, at least 0."""
+        width = self.sketch.shape[1]
+        estimates = []
+        for h, hashed in enumerate(self._hashes(ids)):
+            bucket = self.sketch[h, hashed]
+            noise = (self.sketch[h].sum() - bucket) / max(1, width - 1)
+            estimates.append(bucket - noise)
+        return torch.minimum(*estimates).clamp_(min=0)
 
     @torch.no_grad()
     def _apply_gradient(
