@@ -1,5 +1,6 @@
-"""FIITED: utility and optimizer math, the prefix rule, the slot pool and its free list,
-regrowth, checkpoints, and pruning to a 10% budget during real training."""
+"""FIITED: utility and optimizer math, the prefix rule, the live-chunk store (keys, pool,
+utilities, optimizer state, sketch) as it shrinks and grows, regrowth, checkpoints, and
+pruning to a 10% budget during real training and in the accuracy task."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from suite.embeddings.fiited import FiitedEmbedding, FiitedOptions
 from suite.engine.build import build_model
 from suite.engine.train import evaluate, train
 from suite.errors import ConfigError
+from suite.runs.single import execute
 from tests.conftest import tiny_config
 
 CPU = torch.device("cpu")
@@ -288,3 +290,23 @@ def test_sketch_estimates_the_utility_of_pruned_chunks() -> None:
     expected = torch.full((3,), true - 2 * true / (width - 1))
     torch.testing.assert_close(emb._estimate(ids), expected)
     assert sorted(emb.ring[emb.ring >= 0].tolist()) == sorted(ids.tolist() * 2)
+
+
+def test_accuracy_task_reports_the_pruned_store() -> None:
+    """The accuracy task's byte figures are those of the store after pruning: parameters
+    at the budget, index and utilities beside them, and the row-wise optimizer state."""
+    overrides = [
+        "embedding.options.prune_every=8",
+        "embedding.options.warmup_steps=16",
+        "train.checkpoint=final",
+    ]
+    m = execute(tiny_config(embedding="fiited", overrides=overrides)).metrics
+    full = execute(tiny_config(overrides=["train.checkpoint=final"])).metrics
+    assert m["embedding_parameter_bytes"] == pytest.approx(
+        0.1 * full["embedding_parameter_bytes"], rel=0.01
+    )
+    assert m["embedding_bytes"] == m["embedding_parameter_bytes"] + m["embedding_auxiliary_bytes"]
+    assert m["embedding_bytes"] + m["embedding_optimizer_bytes"] <= 0.15 * (
+        full["embedding_bytes"] + full["embedding_optimizer_bytes"]
+    )
+    assert 0 < m["embedding_optimizer_bytes"] < 0.5 * full["embedding_optimizer_bytes"]
