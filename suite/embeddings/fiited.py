@@ -107,8 +107,10 @@ class FiitedEmbedding(EmbeddingMethod):
       ``utility_threshold`` it keeps every chunk whose score reaches the threshold.
     - Regrowth: at each event the candidates (the ring's next chunks, read since the last
       event and still a vector's next chunk) compete with the live chunks, scored by their
-      sketch estimate (capped by the score of the chunk before them). A regrown chunk starts at zero, the
-      value it read while pruned, with utility 0 and, for Adagrad, fresh state.
+      sketch estimate (capped by the score of the chunk before them), so a vector grows by
+      at most one chunk per event. A regrown chunk starts at zero, the value it read while
+      pruned, with utility 0 and, for Adagrad, fresh state; a row that comes back starts
+      a fresh row-wise accumulator.
     - Optimizer: ours, applied in :meth:`after_step` to the rows read in the step.
       ``rowwise_adagrad``: one accumulator per live row, fed the mean squared gradient over
       the row's live values (fbgemm's rule on the row as it now is); a row keeps its
