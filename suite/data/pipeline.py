@@ -72,7 +72,12 @@ class CategoricalOptions(BaseModel):
         "error", description="a malformed row raises an error naming file and line, or is skipped"
     )
     min_split_rows: int = Field(
-        1, ge=1, description="fewest rows a split may have (each split needs both labels too)"
+        1, ge=0, description="fewest rows a split may have (each split needs both labels too)"
+    )
+    both_labels: bool = Field(
+        True,
+        description="every split must hold rows of both labels (false only for hand-made "
+        "fixtures of a few rows)",
     )
     dedupe: bool = Field(
         False,
@@ -304,6 +309,7 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                 _sparse_dtype(schema),
                 force=job.force,
                 min_split_rows=options.min_split_rows,
+                both_labels=options.both_labels,
             )
             return _write(spill, rule, drop, vocabs, writer, manifest, pool, job.progress, dataset)
     finally:

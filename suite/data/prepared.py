@@ -106,7 +106,8 @@ class PreparedWriter:
     checked as it is written (labels 0/1, dense values finite, ids inside their
     vocabularies) and hashed, so the manifest records each file's sha256 and ranges
     without a second read. ``force``: replace a slot prepared from other raw files;
-    ``min_split_rows``: the fewest rows a split may have (each needs both labels too).
+    ``min_split_rows``: the fewest rows a split may have; ``both_labels``: each split
+    must hold rows of both labels (else AUC and log loss mean nothing).
     """
 
     def __init__(
@@ -117,12 +118,14 @@ class PreparedWriter:
         *,
         force: bool = False,
         min_split_rows: int = 1,
+        both_labels: bool = True,
     ):
         self.out_dir = Path(out_dir)
         self.schema = schema
         self.sparse_dtype = np.dtype(sparse_dtype)
         self.force = force
         self.min_split_rows = min_split_rows
+        self.both_labels = both_labels
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         slot.remove_stale(self.out_dir.parent, time.time())
         self.tmp = make_temp_dir(f".{self.out_dir.name}.tmp-{os.getpid()}-", self.out_dir.parent)
@@ -200,7 +203,8 @@ class PreparedWriter:
         for split in SPLITS:
             n = self.rows.get(split, 0)
             positives = self._ranges.get(split, {}).get("positives", 0)
-            if n < self.min_split_rows or positives == 0 or positives == n:
+            one_label = positives == 0 or positives == n
+            if n < self.min_split_rows or (self.both_labels and one_label):
                 raise DataError(
                     f"{manifest.get('dataset', 'dataset')} (protocol {manifest.get('protocol')}): "
                     f"split {split} has {n} rows ({positives} positive, {n - positives} negative); "
