@@ -255,7 +255,12 @@ def _publish(tmp: Path, out_dir: Path) -> None:
         if old.exists():
             shutil.rmtree(old)
         os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        if old is not None:  # put the old arrays back before reporting
+            os.replace(old, out_dir)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
