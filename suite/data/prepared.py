@@ -154,14 +154,13 @@ class PreparedWriter:
             "sparse": np.ascontiguousarray(sparse, dtype=self.sparse_dtype),
             "label": np.ascontiguousarray(label, dtype=np.float32),
         }
-        problem = (
-            first_bad_label(arrays["label"])
-            or first_bad_dense(arrays["dense"], self.schema.dense)
-            or first_bad_id(arrays["sparse"], self.schema.sparse, self.schema.cardinalities)
+        problem = first_bad_label(arrays["label"]) or first_bad_dense(
+            arrays["dense"], self.schema.dense
         )
+        if problem is None and not self._track(split, arrays):
+            problem = first_bad_id(arrays["sparse"], self.schema.sparse, self.schema.cardinalities)
         if problem:
             raise DataError(f"split {split}: {problem}")
-        self._track(split, arrays)
         for kind, name in _files(split, self.sparse_dtype).items():
             key = (split, kind)
             if key not in self._handles:
@@ -172,7 +171,8 @@ class PreparedWriter:
             self._hashes[name].update(data.reshape(-1).view(np.uint8))
         self.rows[split] = self.rows.get(split, 0) + n
 
-    def _track(self, split: str, arrays: dict[str, np.ndarray]) -> None:
+    def _track(self, split: str, arrays: dict[str, np.ndarray]) -> bool:
+        """Add the chunk to the split's ranges; False when an id is outside its vocabulary."""
         ranges = self._ranges.setdefault(
             split,
             {
@@ -182,17 +182,18 @@ class PreparedWriter:
                 "dense_finite": True,
             },
         )
-        ranges["positives"] += int(arrays["label"].sum())
         sparse = arrays["sparse"]
-        if len(sparse):
-            for f, (low, high) in enumerate(
-                zip(sparse.min(axis=0), sparse.max(axis=0), strict=True)
-            ):
-                old_low, old_high = ranges["sparse_min"][f], ranges["sparse_max"][f]
-                ranges["sparse_min"][f] = int(low) if old_low is None else min(old_low, int(low))
-                ranges["sparse_max"][f] = (
-                    int(high) if old_high is None else max(old_high, int(high))
-                )
+        if not len(sparse):
+            return True
+        lows, highs = sparse.min(axis=0), sparse.max(axis=0)
+        if (lows < 0).any() or (highs >= np.asarray(self.schema.cardinalities)).any():
+            return False
+        ranges["positives"] += int(np.count_nonzero(arrays["label"]))
+        for f, (low, high) in enumerate(zip(lows.tolist(), highs.tolist(), strict=True)):
+            old_low, old_high = ranges["sparse_min"][f], ranges["sparse_max"][f]
+            ranges["sparse_min"][f] = low if old_low is None else min(old_low, low)
+            ranges["sparse_max"][f] = high if old_high is None else max(old_high, high)
+        return True
 
     def abort(self) -> None:
         for handle in self._handles.values():
