@@ -93,6 +93,8 @@ def test_other_sources_into_a_slot_are_refused_unless_forced(
         get_prepared(criteo_spec(second), progress=False, rebuild=True)
     assert get_prepared(criteo_spec(first), progress=False).fingerprint == kept.fingerprint
 
+    with pytest.raises(DataError, match=r"but .* was prepared from a train.txt of \d+ bytes"):
+        get_prepared(criteo_spec(second), progress=False)  # a run naming the other file
     base = ["prepare", "criteo-kaggle", "--raw", str(second), "--protocol", "random-811", "--quiet"]
     assert main(base) != 0
     assert "--force" in capsys.readouterr().err

@@ -67,9 +67,12 @@ def get_prepared(
     source = spec.registry.get(spec.name)()
     out_dir = prepared_dir(spec)
     recover(out_dir)
-    if not rebuild and (out_dir / "manifest.json").is_file():
-        return load_prepared(out_dir)
     raw = Path(spec.raw).expanduser() if spec.raw else None
+    if not rebuild and (out_dir / "manifest.json").is_file():
+        data = load_prepared(out_dir)
+        if raw is not None:
+            check_raw_matches(raw, data)
+        return data
     if source.needs_raw and raw is None:
         raise DataError(
             f"dataset {spec.name!r} (protocol {spec.protocol}) is not prepared under {cache_root(spec)}; "
@@ -81,3 +84,17 @@ def get_prepared(
     for warning in data.manifest.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return data
+
+
+def check_raw_matches(raw: Path, data: PreparedDataset) -> None:
+    """Cheaply refuse cached data when ``raw`` names a source file of another size than the
+    one the data was prepared from (hashing it would cost a full read)."""
+    for source in data.manifest.get("sources", []):
+        name = str(source.get("name", ""))
+        candidate = raw if raw.is_file() and raw.name == name else raw / name
+        if candidate.is_file() and candidate.stat().st_size != source.get("bytes"):
+            raise DataError(
+                f"{candidate} has {candidate.stat().st_size} bytes, but {data.path} was prepared "
+                f"from a {name} of {source.get('bytes')} bytes; run `suite prepare` again "
+                "(with --force to replace it)"
+            )
