@@ -399,3 +399,24 @@ def test_criteo_errors_name_the_full_path(tmp_path: Path) -> None:
     raw = write(tmp_path / "train.txt", lines)
     with pytest.raises(DataError, match=rf"^{raw}:10: column I2"):
         get_prepared(criteo_spec(raw), progress=False, rebuild=True)
+
+
+def test_bars_dense_values_must_be_finite_with_path_and_line(tmp_path: Path) -> None:
+    header = ["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]
+    directory = tmp_path / "Criteo_x1"
+    directory.mkdir()
+    for name in ("train", "valid", "test"):
+        rows = [
+            ",".join([str(i % 2), "0.5", *["0.1"] * 12, *(str(14 + c) for c in range(26))])
+            for i in range(4)
+        ]
+        if name == "valid":
+            rows[2] = rows[2].replace("0.5", "inf", 1)
+        (directory / f"{name}.csv").write_text(",".join(header) + "\n" + "\n".join(rows) + "\n")
+    spec = build_config(
+        components={"dataset": "bars-criteo-x1"}, values={"dataset.raw": str(directory)}
+    ).dataset
+    with pytest.raises(
+        DataError, match=rf"^{directory / 'valid.csv'}:4: I1 must be a finite number$"
+    ):
+        get_prepared(spec, progress=False, rebuild=True)

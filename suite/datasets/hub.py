@@ -78,15 +78,25 @@ class Layout:
 
         return for_header
 
-    def chunk(self, parsed: Parsed, source: int) -> Chunk:
-        label, bad = label_column(parsed.table, self.label)
-        parsed.drop(bad, f"{self.label} must be 0 or 1")
-        table = parsed.table
-        if bad.any():
-            label, _ = label_column(table, self.label)
+    def _dense(self, table: pa.Table) -> np.ndarray:
+        """float32 ``[n, Dd]``: the dense columns as given, missing -> 0."""
         dense = np.zeros((table.num_rows, len(self.dense)), dtype=np.float32)
         for j, name in enumerate(self.dense):
             dense[:, j] = numpy_column(pc.fill_null(pc.cast(table.column(name), pa.float64()), 0.0))
+        return dense
+
+    def chunk(self, parsed: Parsed, source: int) -> Chunk:
+        label, bad = label_column(parsed.table, self.label)
+        parsed.drop(bad, f"{self.label} must be 0 or 1")
+        dense = self._dense(parsed.table)
+        finite = np.isfinite(dense)
+        if not finite.all():
+            column = self.dense[int(np.flatnonzero(~finite.all(axis=0))[0])]
+            parsed.drop(~finite.all(axis=1), f"{column} must be a finite number")
+            dense = self._dense(parsed.table)
+        table = parsed.table
+        if len(label) != table.num_rows:
+            label, _ = label_column(table, self.label)
         sparse = [_as_strings(table.column(name)) for name in self.sparse]
         return chunk_from_arrays(label, dense, sparse, parsed.row_index(), source)
 
