@@ -11,7 +11,15 @@ _UMASK_LOCK = threading.Lock()
 
 
 def current_umask() -> int:
-    """The process's umask (read by setting and restoring it, under a lock)."""
+    """The process's umask: from ``/proc/self/status`` where Linux has it, else by setting
+    and restoring it under a lock (a moment in which another thread's new file would get
+    0o022)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     with _UMASK_LOCK:
         mask = os.umask(0o022)
         os.umask(mask)
