@@ -120,17 +120,17 @@ class CriteoKaggle(DatasetSource):
 
         return build_criteo(
             PrepareJob(
-                "criteo-kaggle",
-                protocol,
-                options,
-                DENSE,
-                SPARSE,
-                chunks(),
-                reader,
-                rule,
-                out_dir,
-                progress,
-                force,
+                dataset="criteo-kaggle",
+                protocol=protocol,
+                options=options,
+                dense=DENSE,
+                sparse=SPARSE,
+                chunks=chunks(),
+                reader=reader,
+                rule=rule,
+                out_dir=out_dir,
+                progress=progress,
+                force=force,
             )
         )
 
@@ -202,16 +202,16 @@ class CriteoTerabyte(DatasetSource):
 
         return build_criteo(
             PrepareJob(
-                "criteo-terabyte",
-                protocol,
-                options,
-                DENSE,
-                SPARSE,
-                chunks(),
-                reader,
-                rule,
-                out_dir,
-                progress,
-                force,
+                dataset="criteo-terabyte",
+                protocol=protocol,
+                options=options,
+                dense=DENSE,
+                sparse=SPARSE,
+                chunks=chunks(),
+                reader=reader,
+                rule=rule,
+                out_dir=out_dir,
+                progress=progress,
+                force=force,
             )
         )
