@@ -183,15 +183,28 @@ def test_a_manifest_range_past_the_vocabulary_is_one_line() -> None:
         load_prepared(path)
 
 
-def test_an_older_format_is_refused_in_one_line() -> None:
-    _, path = _synth()
+def test_an_older_format_is_refused_in_one_line(tmp_path: Path) -> None:
+    config, path = _synth()
+    fingerprint = load_prepared(path).fingerprint
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["format_version"] = 1
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(
-        DataError, match=rf"prepared in format 1, this suite reads format {FORMAT_VERSION}"
+        DataError, match=rf"prepared in format 1, this suite reads format {FORMAT_VERSION}; run"
     ):
         load_prepared(path)
+    # generated data is simply made again (same fingerprint); raw data must be prepared
+    assert get_prepared(config.dataset, progress=False).fingerprint == fingerprint
+    raw = write(tmp_path / "train.txt", criteo_lines(200))
+    data = get_prepared(criteo_spec(raw), progress=False, rebuild=True)
+    manifest = json.loads((data.path / "manifest.json").read_text())
+    manifest["format_version"] = 1
+    (data.path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match="prepared in format 1"):
+        get_prepared(criteo_spec(raw), progress=False)
+    assert get_prepared(criteo_spec(raw), progress=False, rebuild=True).fingerprint == (
+        data.fingerprint
+    )
 
 
 # --- item 5: duplicates -----------------------------------------------------------------------
@@ -420,3 +433,17 @@ def test_bars_dense_values_must_be_finite_with_path_and_line(tmp_path: Path) -> 
         DataError, match=rf"^{directory / 'valid.csv'}:4: I1 must be a finite number$"
     ):
         get_prepared(spec, progress=False, rebuild=True)
+
+
+def test_readme_names_movielens_variants_and_run_flags_as_accepted() -> None:
+    from typing import get_args
+
+    from suite.datasets.movielens import MovieLensOptions
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (row_,) = [line for line in readme.splitlines() if line.startswith("| `movielens` |")]
+    for variant in get_args(MovieLensOptions.model_fields["variant"].annotation):
+        assert f"`{variant}`" in row_
+    assert "`ml-1m`" not in row_
+    assert "--set dataset.options.variant=1m" in readme and "--set variant=1m" in readme
+    assert "| `--protocol NAME` |" in readme and "| `--quiet` |" in readme

@@ -45,6 +45,10 @@ MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
 
 
+class OutdatedFormat(DataError):
+    """A prepared slot written in another format version than this suite reads."""
+
+
 @dataclass(frozen=True)
 class SplitArrays:
     """Arrays of one split: ``dense [N, Dd]`` float32, ``sparse [N, F]`` int, ``label [N]``."""
@@ -303,9 +307,9 @@ def load_prepared(directory: str | Path, trusted: dict[str, str] | None = None) 
         raise DataError(f"{manifest_path}: unreadable manifest ({exc})") from None
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if version != FORMAT_VERSION:
-        raise DataError(
+        raise OutdatedFormat(
             f"{directory}: prepared in format {version}, this suite reads format "
-            f"{FORMAT_VERSION}; prepare it again (suite prepare ... --force)"
+            f"{FORMAT_VERSION}; run `suite prepare` for it again"
         )
     if any(key not in manifest for key in ("fingerprint", "files", "ranges", "schema", "rows")):
         raise DataError(f"{manifest_path}: incomplete manifest; prepare again")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel
 
 from suite.config import NoOptions, stable_hash
-from suite.data.prepared import PreparedDataset, load_prepared
+from suite.data.prepared import OutdatedFormat, PreparedDataset, load_prepared
 from suite.data.slot import recover
 from suite.errors import DataError
 
@@ -69,10 +69,16 @@ def get_prepared(
     recover(out_dir)
     raw = Path(spec.raw).expanduser() if spec.raw else None
     if not rebuild and (out_dir / "manifest.json").is_file():
-        data = load_prepared(out_dir)
-        if raw is not None:
-            check_raw_matches(raw, data)
-        return data
+        try:
+            data = load_prepared(out_dir)
+        except OutdatedFormat:
+            if source.needs_raw:
+                raise
+            data = None  # generated data: make it again in the current format
+        if data is not None:
+            if raw is not None:
+                check_raw_matches(raw, data)
+            return data
     if source.needs_raw and raw is None:
         raise DataError(
             f"dataset {spec.name!r} (protocol {spec.protocol}) is not prepared under {cache_root(spec)}; "
