@@ -447,3 +447,14 @@ def test_readme_names_movielens_variants_and_run_flags_as_accepted() -> None:
     assert "`ml-1m`" not in row_
     assert "--set dataset.options.variant=1m" in readme and "--set variant=1m" in readme
     assert "| `--protocol NAME` |" in readme and "| `--quiet` |" in readme
+
+
+def test_a_cache_folder_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    raw = write(tmp_path / "train.txt", criteo_lines(200))
+    (tmp_path / "afile").write_text("")
+    spec = build_config(
+        components={"dataset": "criteo-kaggle"},
+        values={"dataset.raw": str(raw), "dataset.cache_dir": str(tmp_path / "afile")},
+    ).dataset
+    with pytest.raises(DataError, match=r"afile/criteo-kaggle: Not a directory while preparing"):
+        get_prepared(spec, progress=False, rebuild=True)

@@ -84,9 +84,15 @@ def get_prepared(
             f"dataset {spec.name!r} (protocol {spec.protocol}) is not prepared under {cache_root(spec)}; "
             f"run `suite prepare {spec.name} --raw PATH` first"
         )
-    data = source.build(
-        spec.typed_options(), str(spec.protocol), raw, out_dir, progress, force=force
-    )
+    try:
+        data = source.build(
+            spec.typed_options(), str(spec.protocol), raw, out_dir, progress, force=force
+        )
+    except OSError as exc:  # a cache folder that is a file, a full disk, no permission
+        where = exc.filename or out_dir
+        raise DataError(
+            f"{where}: {exc.strerror or exc} while preparing {spec.name} into {out_dir}"
+        ) from None
     for warning in data.manifest.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return data
