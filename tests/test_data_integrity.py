@@ -85,8 +85,13 @@ def test_other_sources_into_a_slot_are_refused_unless_forced(
         kept.fingerprint
     )  # the same file again is fine
     (tmp_path / "b").mkdir()
-    second = write(tmp_path / "b" / "train.txt", criteo_lines(300, seed=2))
+    lines = criteo_lines(300, seed=2)
+    second = write(tmp_path / "b" / "train.txt", [*lines, "not a criteo row"])
     sha = kept.manifest["sources"][0]["sha256"][:12]
+    # refused before reading (a file of another size), so not the bad last row's error
+    with pytest.raises(DataError, match=rf"refusing to replace it with data from {second} \("):
+        get_prepared(criteo_spec(second), progress=False, rebuild=True)
+    second = write(tmp_path / "b" / "train.txt", lines)
     with pytest.raises(
         DataError, match=rf"holds criteo-kaggle prepared from train.txt .*{sha}.*--force"
     ):

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.raw import OnBadRows, RawReader
 from suite.data.schema import FeatureSchema
-from suite.data.slot import remove_stale
+from suite.data.slot import remove_stale, source_guard
 from suite.data.splits import DROP, SPLIT_NAMES, TEST, TRAIN, VAL, Rows, SplitRule
 from suite.data.vocab import (
     FIRST_ID,
@@ -248,6 +248,7 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
     spill_dir = make_temp_dir(f".{out_dir.name}.spill-{os.getpid()}-", out_dir.parent)
     cap = options.max_rows_per_table
     spill = _Spill(spill_dir, len(dense), len(sparse), rule.needs_time)
+    reader.guard = source_guard(out_dir, job.force)  # other raw files: refused before reading
     try:
         with ThreadPoolExecutor(WORKERS) as pool:
             with _progress(job.progress, f"{dataset}: read") as bar:

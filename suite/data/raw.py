@@ -217,6 +217,8 @@ class RawReader:
         self.block_bytes = block_bytes or BLOCK_BYTES
         self.bad = BadRows()
         self.sources: list[SourceInfo] = []
+        self.guard: Callable[[int, Path], None] | None = None
+        """Called with each file's position and path before it is read (may raise)."""
 
     def read(
         self,
@@ -230,6 +232,8 @@ class RawReader:
         path = Path(path)
         if not path.is_file():
             raise DataError(f"{path}: no such file")
+        if self.guard is not None:
+            self.guard(len(self.sources), path)
         info = info or SourceInfo(path.name)
         self.sources.append(info)
         has_header = callable(fmt) or fmt.header

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,22 +109,46 @@ def _identity(sources: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
     return [(s.get("sha256"), s.get("bytes")) for s in sources]
 
 
+def _existing(slot: Path) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((slot / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def _refusal(slot: Path, existing: dict[str, Any], new: str) -> DataError:
+    old = list(existing.get("sources") or [])
+    return DataError(
+        f"{slot} holds {existing.get('dataset', 'a dataset')} prepared from {_describe(old)} "
+        f"(fingerprint {str(existing.get('fingerprint', '?'))[:12]}); refusing to replace it with "
+        f"data from {new}: pass --force to replace it, or --cache-dir to keep both"
+    )
+
+
 def check_replace(slot: Path, manifest: dict[str, Any], force: bool) -> None:
     """Refuse (one line) to replace a slot holding data from other raw files, unless
     ``force``. A slot whose manifest is unreadable holds nothing worth keeping."""
-    path = slot / MANIFEST
-    if force or not path.is_file():
-        return
-    try:
-        existing = json.loads(path.read_text())
-        old = list(existing.get("sources") or [])
-    except (OSError, ValueError, AttributeError):
+    existing = None if force else _existing(slot)
+    if existing is None:
         return
     new = list(manifest.get("sources") or [])
-    if _identity(old) == _identity(new):
-        return
-    raise DataError(
-        f"{slot} holds {existing.get('dataset', 'a dataset')} prepared from {_describe(old)} "
-        f"(fingerprint {str(existing.get('fingerprint', '?'))[:12]}); refusing to replace it with "
-        f"data from {_describe(new)}: pass --force to replace it, or --cache-dir to keep both"
-    )
+    if _identity(list(existing.get("sources") or [])) != _identity(new):
+        raise _refusal(slot, existing, _describe(new))
+
+
+def source_guard(slot: Path, force: bool) -> Callable[[int, Path], None] | None:
+    """A check for :attr:`suite.data.raw.RawReader.guard`: refuse, before reading it, a raw
+    file whose size differs from the slot's source at the same position (a file of the same
+    size is hashed while read and checked by :func:`check_replace`)."""
+    existing = None if force else _existing(slot)
+    if existing is None:
+        return None
+    old = list(existing.get("sources") or [])
+
+    def guard(index: int, path: Path) -> None:
+        size = path.stat().st_size
+        if index >= len(old) or old[index].get("bytes") != size:
+            raise _refusal(slot, existing, f"{path} ({size} bytes)")
+
+    return guard
