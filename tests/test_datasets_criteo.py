@@ -13,7 +13,7 @@ import pytest
 import suite.data.raw as raw_module
 from suite.cli import main
 from suite.config import build_config
-from suite.data.prepared import PreparedDataset, PreparedWriter
+from suite.data.prepared import PreparedDataset, PreparedWriter, load_prepared
 from suite.data.source import get_prepared, prepared_dir
 from suite.errors import DataError
 from suite.runs.single import execute
@@ -37,6 +37,8 @@ def write(path: Path, lines: list[str], compress: bool = False) -> Path:
 
 
 def spec(name: str, raw: Path, protocol: str | None = None, **options: object):
+    # hand-made fixtures: splits of a few rows, sometimes of one label
+    options = {"both_labels": False, "min_split_rows": 0, **options}
     return build_config(
         components={"dataset": name},
         values={"dataset.raw": str(raw), "dataset.protocol": protocol},
@@ -47,7 +49,10 @@ def spec(name: str, raw: Path, protocol: str | None = None, **options: object):
 def prepare(
     raw: Path, protocol: str | None = None, name: str = "criteo-kaggle", **options: object
 ) -> PreparedDataset:
-    return get_prepared(spec(name, raw, protocol, **options), progress=False, rebuild=True)
+    # hand-made fixtures: one raw file prepared several ways into a slot
+    return get_prepared(
+        spec(name, raw, protocol, **options), progress=False, rebuild=True, force=True
+    )
 
 
 def every(data: PreparedDataset, kind: str) -> dict[str, np.ndarray]:
@@ -258,10 +263,10 @@ def test_failed_prepare_publishes_nothing_and_keeps_the_old(
     with pytest.raises(DataError):
         prepare(raw, "random-811")
     assert (target / "manifest.json").is_file()
-    assert (
-        get_prepared(spec("criteo-kaggle", raw, "random-811"), progress=False).fingerprint
-        == good.fingerprint
-    )
+    assert load_prepared(target).fingerprint == good.fingerprint
+    # a run naming the changed file is refused instead of using the old data silently
+    with pytest.raises(DataError, match="was prepared from a train.txt of"):
+        get_prepared(spec("criteo-kaggle", raw, "random-811"), progress=False)
 
     # killed while writing the arrays: no new directory, no temporary directories left
     write(raw, [row(i % 2, {1: i}) for i in range(30)])

@@ -32,6 +32,7 @@ from pydantic import Field
 from suite.data.pipeline import (
     CategoricalOptions,
     Chunk,
+    PrepareJob,
     build_prepared,
     chunk_from_arrays,
     label_column,
@@ -77,15 +78,25 @@ class Layout:
 
         return for_header
 
-    def chunk(self, parsed: Parsed, source: int) -> Chunk:
-        label, bad = label_column(parsed.table, self.label)
-        parsed.drop(bad, f"{self.label} must be 0 or 1")
-        table = parsed.table
-        if bad.any():
-            label, _ = label_column(table, self.label)
+    def _dense(self, table: pa.Table) -> np.ndarray:
+        """float32 ``[n, Dd]``: the dense columns as given, missing -> 0."""
         dense = np.zeros((table.num_rows, len(self.dense)), dtype=np.float32)
         for j, name in enumerate(self.dense):
             dense[:, j] = numpy_column(pc.fill_null(pc.cast(table.column(name), pa.float64()), 0.0))
+        return dense
+
+    def chunk(self, parsed: Parsed, source: int) -> Chunk:
+        label, bad = label_column(parsed.table, self.label)
+        parsed.drop(bad, f"{self.label} must be 0 or 1")
+        dense = self._dense(parsed.table)
+        finite = np.isfinite(dense)
+        if not finite.all():
+            column = self.dense[int(np.flatnonzero(~finite.all(axis=0))[0])]
+            parsed.drop(~finite.all(axis=1), f"{column} must be a finite number")
+            dense = self._dense(parsed.table)
+        table = parsed.table
+        if len(label) != table.num_rows:
+            label, _ = label_column(table, self.label)
         sparse = [_as_strings(table.column(name)) for name in self.sparse]
         return chunk_from_arrays(label, dense, sparse, parsed.row_index(), source)
 
@@ -197,7 +208,13 @@ class HubDataset(DatasetSource):
     default_protocol: ClassVar[str] = "given"
 
     def build(
-        self, options: HubOptions, protocol: str, raw: Path | None, out_dir: Path, progress: bool
+        self,
+        options: HubOptions,
+        protocol: str,
+        raw: Path | None,
+        out_dir: Path,
+        progress: bool,
+        force: bool = False,
     ) -> PreparedDataset:
         assert raw is not None
         layout = self.layout
@@ -221,17 +238,20 @@ class HubDataset(DatasetSource):
             names = {i: f"{repo}:{split}" for i, split in enumerate(SPLIT_NAMES)}
         rule = SourceSplit({0: 0, 1: 1, 2: 2}, names)
         return build_prepared(
-            dataset=self.registered_name,
-            protocol=protocol,
-            options=options,
-            out_dir=out_dir,
-            progress=progress,
-            dense=list(layout.dense),
-            sparse=list(layout.sparse),
-            chunks=chunks(),
-            reader=reader,
-            rule=rule,
-            extra={"origin": origin, "bars_repo": layout.repo},
+            PrepareJob(
+                dataset=self.registered_name,
+                protocol=protocol,
+                options=options,
+                dense=list(layout.dense),
+                sparse=list(layout.sparse),
+                chunks=chunks(),
+                reader=reader,
+                rule=rule,
+                out_dir=out_dir,
+                progress=progress,
+                force=force,
+                extra={"origin": origin, "bars_repo": layout.repo},
+            )
         )
 
 
