@@ -203,16 +203,25 @@ def _percentile(centre: float, draws: np.ndarray) -> Interval:
 
 
 def evaluate_scaling(
-    claim: Claim, families: dict[str, list[str]], figures: SeedFigures
+    claim: Claim,
+    families: dict[str, list[str]],
+    figures: SeedFigures,
+    cache: dict[tuple[str, str], ScalingFit] | None = None,
 ) -> tuple[ClaimOutcome, dict[str, ScalingFit]]:
-    """Judge an ``exponent_greater`` or ``less_at_compute`` claim; also return the fits."""
+    """Judge an ``exponent_greater`` or ``less_at_compute`` claim; also return the fits
+    (``cache``, keyed by family and metric, saves refitting a family several claims share)."""
     names = claim.families()
     runs = [f"{f}/{m}" for f in names for m in families[f]]
     seeds = common_seeds(figures, runs)
     points = {f: family_points(f, families[f], figures, claim.metric, seeds) for f in names}
     if len(seeds) < 2 or any(np.isnan(p.values).any() for p in points.values()):
         return _unmeasured(claim, seeds, "a figure is missing or fewer than two seeds"), {}
-    fits = {f: fit_family(points[f]) for f in names}
+    cache = {} if cache is None else cache
+    fits = {}
+    for f in names:
+        if (f, claim.metric) not in cache:
+            cache[(f, claim.metric)] = fit_family(points[f])
+        fits[f] = cache[(f, claim.metric)]
     left, right = (fits[f] for f in names)
     note = "; ".join(_fit_note(f, fits[f]) for f in names)
     if not (left.measurable and right.measurable):

@@ -296,10 +296,10 @@ def judge(
     }
     figures: SeedFigures = {rid: rec.per_seed for rid, rec in runs.items()}
     families = {f: list(ms) for f, ms in spec.profiles[profile].families.items()}
-    claims, fits = [], {}
+    claims, fits, cache = [], {}, {}
     for claim in selected_claims(spec, profile, claim_ids):
         if claim.families():
-            outcome, found = evaluate_scaling(claim, families, figures)
+            outcome, found = evaluate_scaling(claim, families, figures, cache)
             fits.update(found)
             claims.append(outcome)
         else:
