@@ -143,9 +143,18 @@ def render_report(
 
     first = next(iter(next(iter(reproduction.papers)).runs.values())).config
     env = environment(first.device)
-    machine = f"{env['cpu_model']}, {env['threads']} torch threads"
-    if env.get("gpu_model"):
-        machine += f"; GPU {env['gpu_model']}"
+    recorded = [
+        r.environment
+        for p in reproduction.papers
+        for rec in p.runs.values()
+        for r in rec.results.values()
+    ]
+    threads = sorted({str(e.get("threads")) for e in recorded}) or [str(env["threads"])]
+    cpus = sorted({str(e.get("cpu_model")) for e in recorded}) or [str(env["cpu_model"])]
+    machine = f"{' / '.join(cpus)}, {' / '.join(threads)} torch thread(s)"
+    gpus = sorted({str(e["gpu_model"]) for e in recorded if e.get("gpu_model")})
+    if gpus:
+        machine += f"; GPU {' / '.join(gpus)}"
     header = [
         {"": "command", " ": f"`{command}`"},
         {"": "overrides", " ": json.dumps(reproduction.overrides, sort_keys=True) or "none"},
@@ -172,7 +181,9 @@ def render_report(
         "whole interval lies on the claimed side of the margin; `does not hold`: wholly on the "
         "other side; `inconclusive`: the interval straddles it; `not measurable`: no interval "
         "(missing figure, or a fit that fails its quality gate). The p-value is that of a "
-        "zero difference (paired t-test; bootstrap for scaling claims).",
+        "zero difference (paired t-test; bootstrap for scaling claims). On one machine and "
+        "thread count every figure is bit-identical when rerun; another CPU model may move "
+        "the last digits (fbgemm and oneDNN pick different SIMD kernels).",
         "",
     ]
     for outcome in reproduction.papers:
