@@ -304,3 +304,28 @@ def test_checked_in_quick_report_is_what_the_code_produces(tmp_path: Path) -> No
     expected = comparable(CHECKED_IN.read_text())
     # the command line names the output directory; the rest must match
     assert produced.replace(str(out), "results/quick") == expected
+
+
+def test_family_members_are_ordinary_accuracy_runs() -> None:
+    from suite.reproduce.runner import run_config
+
+    spec = load_spec("wukong")
+    preset = run_config(spec, "full", "dcnv2/l", {})
+    assert preset.task.name == "accuracy" and preset.model.name == "dcnv2"
+    assert preset.model.options["mlp"] == [2048, 2048, 1024]  # the preset's model, whole
+    inline = run_config(spec, "quick", "wukong/e", {})
+    assert inline.model.name == "wukong" and inline.embedding.options["dim"] == 8
+    assert inline.dataset.options["train_rows"] == 20000
+
+
+def test_a_config_several_papers_share_trains_once_with_every_role() -> None:
+    from suite.reproduce.runner import plan_runs, select_specs
+
+    specs = select_specs(["qr", "mixed_dim", "fiited", "dlrm"], "quick")
+    planned, where = plan_runs(specs, "quick", None, {})
+    full = where[("mixed_dim", "full")]
+    assert where[("fiited", "full")] == where[("dlrm", "full")] == full
+    assert planned[full].roles == ["mixed_dim/full", "fiited/full", "dlrm/full"]
+    assert ("qr", "full") not in where  # no qr claim needs it: not trained for qr
+    assert "md-16x-keeps-full-auc" in planned[full].claims
+    assert where[("qr", "hash_4")] == where[("mixed_dim", "hash_4")]
