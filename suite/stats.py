@@ -316,7 +316,9 @@ def fit_saturating_power_law(compute: Sequence[float], loss: Sequence[float]) ->
     total = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(sse_b) / total if total > 0 else math.nan
     a_unscaled = float(a) * scale**b
-    ok = bool(np.isfinite(r2) and np.isfinite(a_unscaled))
+    # an exponent on the search's edge is no optimum: the data ask for a step, not a law
+    inside = B_GRID[0] < b < B_GRID[-1]
+    ok = bool(np.isfinite(r2) and np.isfinite(a_unscaled) and inside)
     return PowerLawFit(float(level), a_unscaled, b, r2, points, ok)
 
 
@@ -327,7 +329,8 @@ class ScalingFit:
     fit: PowerLawFit
     exponent: Interval
     replicates: np.ndarray
-    """``[R, 3]`` bootstrap replicates of ``(l_inf, a, b)`` (failed fits dropped)."""
+    """``[R, 3]`` bootstrap replicates of ``(l_inf, a, b)``, one per plan entry (NaN where
+    the fit failed)."""
     failed: float
     """Share of bootstrap replicates whose fit did not converge."""
 
@@ -337,14 +340,16 @@ class ScalingFit:
 
     def predict_interval(self, compute: float, level: float = LEVEL) -> Interval:
         preds = self.replicates[:, 0] + self.replicates[:, 1] * compute ** (-self.replicates[:, 2])
-        return _percentiles(float(self.fit.predict(compute)), preds, level)
+        preds = preds[np.isfinite(preds)]
+        return _percentiles(float(self.fit.predict(compute)), preds, level, self.exponent.n)
 
 
-def _percentiles(centre: float, draws: np.ndarray, level: float) -> Interval:
+def _percentiles(centre: float, draws: np.ndarray, level: float, n: int) -> Interval:
+    """Percentile interval of bootstrap ``draws``; ``n`` is the sample size (seeds)."""
     if len(draws) < 2:
-        return Interval(centre, math.nan, math.nan, len(draws), level)
+        return Interval(centre, math.nan, math.nan, n, level)
     low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
-    return Interval(centre, float(low), float(high), len(draws), level)
+    return Interval(centre, float(low), float(high), n, level)
 
 
 def bootstrap_indices(points: int, seeds: int, resamples: int, seed: int) -> list[tuple]:
@@ -384,8 +389,10 @@ def fit_scaling(
         f = fit_saturating_power_law(c[rows], means)
         if f.converged:
             reps.append((f.l_inf, f.a, f.b))
-        else:
+        else:  # kept as NaN so that replicate i of two families used plan entry i (paired)
+            reps.append((math.nan, math.nan, math.nan))
             failed += 1
     replicates = np.asarray(reps, dtype=np.float64).reshape(-1, 3)
-    exponent = _percentiles(fit.b, replicates[:, 2], level)
+    ok = np.isfinite(replicates[:, 2])
+    exponent = _percentiles(fit.b, replicates[ok, 2], level, y.shape[1])
     return ScalingFit(fit, exponent, replicates, failed / max(len(plan), 1))

@@ -194,12 +194,13 @@ def _bootstrap_p(draws: np.ndarray) -> float:
     return float(min(1.0, 2 * min((draws <= 0).mean(), (draws >= 0).mean())))
 
 
-def _percentile(centre: float, draws: np.ndarray) -> Interval:
+def _percentile(centre: float, draws: np.ndarray, n: int) -> Interval:
+    """Percentile interval of bootstrap ``draws`` over ``n`` seeds."""
     draws = draws[np.isfinite(draws)]
     if len(draws) < 2:
-        return _nan_interval(len(draws))
+        return _nan_interval(n)
     low, high = np.quantile(draws, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return Interval(centre, float(low), float(high), len(draws))
+    return Interval(centre, float(low), float(high), n)
 
 
 def evaluate_scaling(
@@ -233,7 +234,7 @@ def evaluate_scaling(
     paired = len(left.replicates) == len(right.replicates)
     if claim.kind == "exponent_greater":
         draws = left.replicates[:, 2] - right.replicates[:, 2] if paired else np.array([])
-        difference = _percentile(left.fit.b - right.fit.b, draws)
+        difference = _percentile(left.fit.b - right.fit.b, draws, len(seeds))
         lo, hi = left.exponent, right.exponent
         result: Verdict = (
             "holds" if lo.low > hi.high else "does not hold" if lo.high < hi.low else "inconclusive"
@@ -244,7 +245,7 @@ def evaluate_scaling(
     at = float(min(points[names[0]].compute.max(), points[names[1]].compute.max()))
     left_at, right_at = left.predict_interval(at), right.predict_interval(at)
     draws = _predictions(left.replicates, at) - _predictions(right.replicates, at) if paired else []
-    difference = _percentile(left_at.mean - right_at.mean, np.asarray(draws))
+    difference = _percentile(left_at.mean - right_at.mean, np.asarray(draws), len(seeds))
     result = verdict(difference, "less", claim.margin)
     note = f"at C = {at:.3g} FLOPs; " + note
     return (
