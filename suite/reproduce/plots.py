@@ -41,6 +41,14 @@ def accuracy_points(reproduction: Reproduction):  # noqa: ANN201
     return pd.DataFrame(rows)
 
 
+def _plain_log_ticks(ax) -> None:  # noqa: ANN001
+    """Major ticks as plain numbers and no labels on minor ticks (they collide)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _figure():  # noqa: ANN202
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -81,6 +89,8 @@ def draw_auc_vs_bytes(reproduction: Reproduction, out_dir: Path) -> list[str]:
                 capsize=3,
             )
         ax.set_xscale("log")
+        _plain_log_ticks(ax)
+        ax.legend(fontsize=8, loc="best")
         ax.set_xlabel("embedding memory (MiB, log)")
         ax.set_ylabel("test AUC (mean, 95% CI over seeds)")
         ax.set_title(f"Test AUC against embedding memory: {dataset}")
