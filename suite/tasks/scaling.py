@@ -25,6 +25,7 @@ from suite.errors import ConfigError, SuiteError
 from suite.models.base import training_flops
 from suite.presets import preset_path
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 DEFAULT_PRESETS = ["dlrm-xs", "dlrm-s", "dlrm-m", "wukong-xs", "wukong-s", "wukong-m"]
@@ -86,6 +87,13 @@ def fit_power_law(compute: list[float], loss: list[float]) -> dict[str, float]:
 @TASKS.register("scaling")
 class ScalingTask(Task):
     """Train a family of size presets on the same data and budget; fit loss vs compute."""
+
+    metrics = (
+        MetricSpec("best_test_logloss", False, "Best test log loss", primary=True, shown=True),
+        MetricSpec("best_test_auc", True, "Best test AUC", bounds=(0.0, 1.0), shown=True),
+        MetricSpec("*_exponent", True, "{} scaling exponent", shown=True),
+        MetricSpec("*_r2", True, "{} fit R²", kind="ratio", bounds=(float("-inf"), 1.0)),
+    )
 
     Options = ScalingOptions
 
