@@ -149,9 +149,15 @@ def metric_range_problem(task: str, metric: str, value: float) -> str | None:
     if spec is None or spec.bounds is None:
         return None
     low, high = spec.bounds
-    if not low <= value <= high:
-        return f"{spec.label_for(metric)} must be in [{low:g}, {high:g}], got {value!r}"
-    return None
+    if low <= value <= high:
+        return None
+    if math.isinf(high):
+        rule = f">= {low:g}"
+    elif math.isinf(low):
+        rule = f"<= {high:g}"
+    else:
+        rule = f"in [{low:g}, {high:g}]"
+    return f"{spec.label_for(metric)} must be {rule}, got {value!r}"
 
 
 def check_config(name: str, sub: Submission) -> tuple[list[Problem], list[Problem]]:
