@@ -267,9 +267,9 @@ def test_unverified_entries_never_rank_first_and_ties_are_marked() -> None:
     """A made-up but self-consistent entry with the best AUC shows below the verified ones,
     unranked; entries not distinguishable from #1 (Welch's t-test, p >= 0.05) say tie."""
     fake = make_submission("Mallory", embedding="qr", auc=0.99)
-    items = [
-        Item(i.file, i.sub, verified=i.sub.submitter != "Lin") for i in sample_items()
-    ] + [Item(fake.filename(), fake)]
+    items = [Item(i.file, i.sub, verified=i.sub.submitter != "Lin") for i in sample_items()] + [
+        Item(fake.filename(), fake)
+    ]
     criteo = groups(items)[1]
     assert [i.sub.submitter for i in criteo.items][-1] == "Mallory"
     rows = {
