@@ -57,6 +57,10 @@ def main() -> int:
     parser.add_argument("--seeds", help="comma-separated seeds (default: every recorded one)")
     parser.add_argument("--threads", type=int, help="also re-run at this thread count")
     parser.add_argument(
+        "--kernels",
+        help="comma-separated ATEN_CPU_CAPABILITY values (default: default,avx2[,avx512])",
+    )
+    parser.add_argument(
         "--child", nargs=3, metavar=("FILE", "SEED", "THREADS"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -66,7 +70,8 @@ def main() -> int:
         return 0
 
     files = args.files or sorted(str(p) for p in (ROOT / "leaderboard/submissions").glob("*.json"))
-    variants = [(cap, None) for cap in capabilities()]
+    caps = args.kernels.split(",") if args.kernels else capabilities()
+    variants: list[tuple[str, int | None]] = [(cap, None) for cap in caps]
     if args.threads:
         variants.append(("native", args.threads))
     rows = []
