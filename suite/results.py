@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,9 +66,9 @@ class MetricSpec:
     """One metric a task reports, declared in the task (as lm-evaluation-harness's
     ``metric_list``): its direction, whether it ranks the task's runs, and how to show it.
 
-    ``name`` is the exact metric name, or a pattern with one ``*`` for a family whose names
-    carry a parameter (``test_auc_*`` for ``test_auc_int8``); ``label`` may hold ``{}``,
-    filled with the part ``*`` matched. ``kind`` says how the figure behaves: ``quality``
+    ``name`` is the exact metric name, or a pattern with ``*`` for a family whose names
+    carry parameters (``test_auc_*`` for ``test_auc_int8``); ``label`` then holds one
+    ``{}`` per ``*``, filled with what it matched. ``kind`` says how the figure behaves: ``quality``
     (AUC, log loss: compared within a tolerance on re-runs), ``size`` and ``count`` (bytes,
     parameters, FLOPs: exact everywhere), ``measured`` (timings and allocator peaks:
     machine-dependent, never compared), ``ratio`` (a quotient of sizes). ``bounds`` is the closed range a valid value lies in.
@@ -83,23 +84,23 @@ class MetricSpec:
     bounds: tuple[float, float] | None = None
     shown: bool = False
 
-    def matches(self, metric: str) -> str | None:
-        """The part ``*`` matched (``""`` for an exact name), or None if ``metric`` is not
+    def parts(self, metric: str) -> tuple[str, ...] | None:
+        """What each ``*`` matched (``()`` for an exact name), or None if ``metric`` is not
         this spec's."""
         if "*" not in self.name:
-            return "" if metric == self.name else None
-        head, tail = self.name.split("*", 1)
-        if (
-            len(metric) > len(head) + len(tail)
-            and metric.startswith(head)
-            and metric.endswith(tail)
-        ):
-            return metric[len(head) : len(metric) - len(tail)]
-        return None
+            return () if metric == self.name else None
+        pattern = "(.+?)".join(re.escape(piece) for piece in self.name.split("*"))
+        found = re.fullmatch(pattern, metric)
+        return found.groups() if found else None
+
+    def matches(self, metric: str) -> str | None:
+        """The text the ``*`` s matched, joined (``""`` for an exact name), or None."""
+        parts = self.parts(metric)
+        return None if parts is None else "_".join(parts)
 
     def label_for(self, metric: str) -> str:
-        part = self.matches(metric)
-        return self.label.format(part) if part is not None and "{}" in self.label else self.label
+        parts = self.parts(metric)
+        return self.label.format(*parts) if parts else self.label
 
     def unit_label(self, metric: str) -> str:
         """``Test AUC`` or ``Embedding memory (bytes)``: the label with its unit."""

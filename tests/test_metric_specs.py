@@ -22,8 +22,7 @@ def test_every_task_declares_its_metrics(task: str) -> None:
     assert sum(s.primary for s in specs) == 1, f"{task}: exactly one primary metric"
     for spec in specs:
         assert spec.label and "_" not in spec.label, spec  # a label, not the raw name
-        assert spec.name.count("*") <= 1
-        assert ("{}" in spec.label) == ("*" in spec.name), spec
+        assert spec.label.count("{}") == spec.name.count("*"), spec
         assert any(s.shown for s in specs)
 
 
@@ -35,6 +34,10 @@ def test_patterns_match_families_and_fill_labels() -> None:
     exact = MetricSpec("test_auc", True, "Test AUC")
     assert find_metric((spec, exact), "test_auc") is exact  # an exact name wins
     assert find_metric((spec, exact), "test_auc_fp16") is spec
+    two = MetricSpec("*_batch*_ms", False, "{} batch of {}", "ms", "measured")
+    assert two.parts("int8_batch512_ms") == ("int8", "512")
+    assert two.label_for("int8_batch512_ms") == "int8 batch of 512"
+    assert two.parts("int8_queries_per_s") is None
     speed = MetricSpec("x_per_s_b*", True, "Speed, batch {}", "samples/s", "measured")
     assert speed.unit_label("x_per_s_b512") == "Speed, batch 512 (samples/s)"
     with pytest.raises(ValueError, match="'mystery' is not declared"):

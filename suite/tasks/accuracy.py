@@ -46,6 +46,12 @@ ACCURACY_METRICS = (
     MetricSpec(
         "flops_per_example", False, "Forward FLOPs", "per example", "count", bounds=(0, math.inf)
     ),
+    # with an all-to-all payload codec (multi-process runs)
+    MetricSpec("comm_raw_bytes", False, "All-to-all payload, raw", "bytes", "size"),
+    MetricSpec("comm_wire_bytes", False, "All-to-all payload, sent", "bytes", "size"),
+    MetricSpec("comm_compression_ratio", True, "Payload compression", "x", "ratio"),
+    MetricSpec("comm_codec_seconds", False, "Codec time", "s", "measured"),
+    MetricSpec("comm_max_bound_excess", False, "Codec error-bound excess", kind="ratio"),
 )
 
 
@@ -92,6 +98,8 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "embedding_auxiliary_bytes": float(memory.auxiliary),
         "flops_per_example": float(model.flops_per_example()),
     }
+    if model.payload is not None:
+        metrics |= model.payload.figures()
     higher = directions(ACCURACY_METRICS, metrics)
     details = {
         "checkpoint": outcome.checkpoint,
