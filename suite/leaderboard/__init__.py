@@ -4,8 +4,11 @@ A submission (:mod:`suite.leaderboard.schema`) summarises one config run with at
 three seeds. ``suite submit`` builds one from MLflow runs or result JSON files
 (:mod:`suite.leaderboard.submit`); ``suite leaderboard validate`` checks every file
 (:mod:`suite.leaderboard.validate`), ``verify`` re-runs a recorded seed
-(:mod:`suite.leaderboard.verify`) and ``render`` writes ``leaderboard/README.md`` and
-``leaderboard/index.html`` (:mod:`suite.leaderboard.render`).
+(:mod:`suite.leaderboard.verify`; ``--record`` notes an agreeing re-run in
+``verifications.yaml``, :mod:`suite.leaderboard.verified`) and ``render`` writes
+``leaderboard/README.md`` and ``leaderboard/index.html`` (:mod:`suite.leaderboard.render`).
+Metric labels, units, directions and the ranking metric are the tasks' own declarations
+(:mod:`suite.leaderboard.metrics`).
 
 Submissions are untrusted text: they are read with ``json.loads`` (1 MB at most), never
 executed or unpickled, and every string is escaped where it is shown.

@@ -29,6 +29,7 @@ from suite.data.access import (
     zipf_exponent,
 )
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 CACHE_FRACTIONS = [0.0001, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
@@ -143,6 +144,40 @@ def characterize(stream: AccessStream, options: CharacterizeOptions, row_bytes: 
 @TASKS.register("characterize")
 class CharacterizeTask(Task):
     """Access characterization of the embedding lookups: reuse, skew, cache hit rates."""
+
+    metrics = (
+        MetricSpec("zipf_exponent", True, "Zipf exponent", kind="ratio", primary=True, shown=True),
+        MetricSpec("zipf_r2", True, "Zipf fit R²", kind="ratio"),
+        MetricSpec("lookups", True, "Lookups", kind="count"),
+        MetricSpec("unique_rows", False, "Unique rows", kind="count"),
+        MetricSpec("unique_row_share", False, "Unique-row share", kind="ratio", bounds=(0, 1)),
+        MetricSpec(
+            "compulsory_miss_rate",
+            False,
+            "Compulsory miss rate",
+            kind="ratio",
+            bounds=(0, 1),
+            shown=True,
+        ),
+        MetricSpec("reuse_once_unique_share", True, "Rows used once, share", kind="ratio"),
+        MetricSpec(
+            "hot_*_lookup_share",
+            True,
+            "Lookups on the hottest {}",
+            kind="ratio",
+            bounds=(0, 1),
+            shown=True,
+        ),
+        MetricSpec(
+            "lru_hit_rate_*",
+            True,
+            "LRU hit rate, cache {}",
+            kind="ratio",
+            bounds=(0, 1),
+            shown=True,
+        ),
+        MetricSpec("lfu_hit_rate_*", True, "LFU hit rate, cache {}", kind="ratio", bounds=(0, 1)),
+    )
 
     Options = CharacterizeOptions
 

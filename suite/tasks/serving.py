@@ -29,6 +29,7 @@ from suite.embeddings.quantize import quantize_embedding
 from suite.errors import ConfigError
 from suite.models.base import RecModel
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.tasks.accuracy import train_and_evaluate
 from suite.tasks.base import RunContext, Task, TaskOutput
 
@@ -178,6 +179,30 @@ def rate_at_target(
 @TASKS.register("serving")
 class ServingTask(Task):
     """Throughput at a tail-latency target and the latency-throughput curve, per precision."""
+
+    metrics = (
+        MetricSpec("test_auc", True, "Test AUC", bounds=(0.0, 1.0), shown=True),
+        MetricSpec(
+            "*_queries_per_s_at_target",
+            True,
+            "{} queries at the latency target",
+            "queries/s",
+            "measured",
+            primary=True,
+            shown=True,
+        ),
+        MetricSpec(
+            "*_samples_per_s_at_target",
+            True,
+            "{} samples at the latency target",
+            "samples/s",
+            "measured",
+        ),
+        MetricSpec("*_batch*_ms", False, "{} batch of {}", "ms", "measured"),
+        MetricSpec(
+            "*_speedup_at_target", True, "{} speed-up at the target", "x", "measured", shown=True
+        ),
+    )
 
     Options = ServingOptions
 

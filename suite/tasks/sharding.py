@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 PLANNERS = ("torchrec", "size-greedy", "lookup-greedy", "random")
@@ -218,6 +219,21 @@ def score(plan: list, world: int, topology: Any, options: ShardingOptions) -> di
 @TASKS.register("sharding")
 class ShardingTask(Task):
     """Imbalance, memory and fit of sharding plans from TorchRec's planner and baselines."""
+
+    metrics = (
+        MetricSpec(
+            "*/max_cost",
+            False,
+            "{} max rank cost",
+            "ms/iteration",
+            "ratio",
+            primary=True,
+            shown=True,
+        ),
+        MetricSpec("*/imbalance", False, "{} imbalance", "max/mean", "ratio", shown=True),
+        MetricSpec("*/max_rank_gib", False, "{} max rank memory", "GiB", "ratio", shown=True),
+        MetricSpec("*/fits", True, "{} fits", kind="count", bounds=(0, 1)),
+    )
 
     Options = ShardingOptions
 

@@ -27,6 +27,7 @@ from suite.config import format_validation_error, load_yaml
 from suite.data.access import AccessStream, lfu_hit_rates, lru_hit_rates, stack_distances
 from suite.errors import ConfigError
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 from suite.tasks.characterize import CharacterizeOptions, load_stream
 
@@ -184,6 +185,22 @@ def simulate_placement(
 @TASKS.register("tiered")
 class TieredTask(Task):
     """Hit rates per tier, lookup time per batch and memory cost of tiered placements."""
+
+    metrics = (
+        MetricSpec(
+            "*/batch_lookup_ms",
+            False,
+            "{} batch lookup time",
+            "ms",
+            "ratio",
+            primary=True,
+            shown=True,
+        ),
+        MetricSpec("*/memory_cost_usd", False, "{} memory cost", "USD", "ratio", shown=True),
+        MetricSpec(
+            "*/top_tier_share", True, "{} top-tier lookup share", kind="ratio", bounds=(0, 1)
+        ),
+    )
 
     Options = TieredOptions
 
