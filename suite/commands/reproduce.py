@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from suite.commands.common import add_set_argument
+from suite.commands.common import ConfigDefaultsFormatter, add_set_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "reproduce",
+        formatter_class=ConfigDefaultsFormatter,
         help="re-derive the papers' claims and write results/<profile>/REPORT.md",
         description="Run the reproduction specs of a profile (quick: built-in data on CPU; full: real "
         "data on GPU), check every claim, and write the report and plots.",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from suite.commands.common import add_run_arguments, config_from_args
+from suite.commands.common import ConfigDefaultsFormatter, add_run_arguments, config_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
+        formatter_class=ConfigDefaultsFormatter,
         help="run a task on a model, embedding method and dataset",
         description="Resolve the run config (YAML, flags, --set) and run its task; the run is logged "
         "to MLflow and its result written as JSON.",

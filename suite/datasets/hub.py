@@ -240,7 +240,6 @@ class BarsCriteoX1(HubDataset):
     """BARS Criteo_x1 (reczoo): Criteo with BARS's 7:2:1 split, 13 dense + 26 categorical."""
 
     layout = LAYOUTS["bars-criteo-x1"]
-    registered_name = "bars-criteo-x1"
 
 
 @DATASETS.register("bars-avazu-x1")
@@ -248,7 +247,6 @@ class BarsAvazuX1(HubDataset):
     """BARS Avazu_x1 (reczoo): Avazu with BARS's 7:1:2 split, 22 categorical features."""
 
     layout = LAYOUTS["bars-avazu-x1"]
-    registered_name = "bars-avazu-x1"
 
 
 @DATASETS.register("bars-movielenslatest-x1")
@@ -256,4 +254,3 @@ class BarsMovielensLatestX1(HubDataset):
     """BARS MovielensLatest_x1 (reczoo): user-movie-tag triples, 7:2:1 split, 3 categorical."""
 
     layout = LAYOUTS["bars-movielenslatest-x1"]
-    registered_name = "bars-movielenslatest-x1"

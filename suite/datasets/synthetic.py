@@ -174,7 +174,6 @@ class SyntheticDataset(DatasetSource):
 class CriteoSynth(SyntheticDataset):
     """Synthetic Criteo: 13 dense + 26 categorical features, Zipf ids, CTR 0.256."""
 
-    registered_name = "criteo-synth"
     profile = SyntheticProfile(
         sparse_names=[f"C{i}" for i in range(1, 27)],
         real_cardinalities=CRITEO_CARDINALITIES,
@@ -187,7 +186,6 @@ class CriteoSynth(SyntheticDataset):
 class AvazuSynth(SyntheticDataset):
     """Synthetic Avazu: 23 categorical features (21 fields + hour-of-day, weekday), CTR 0.17."""
 
-    registered_name = "avazu-synth"
     profile = SyntheticProfile(
         sparse_names=AVAZU_FIELDS, real_cardinalities=AVAZU_CARDINALITIES, base_ctr=0.17
     )
@@ -197,7 +195,6 @@ class AvazuSynth(SyntheticDataset):
 class MovieLensSynth(SyntheticDataset):
     """Synthetic MovieLens-as-CTR: user, item and side features, rating>=4 rate 0.575."""
 
-    registered_name = "movielens-synth"
     profile = SyntheticProfile(
         sparse_names=MOVIELENS_FIELDS,
         real_cardinalities=MOVIELENS_CARDINALITIES,
