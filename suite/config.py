@@ -266,7 +266,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def _set_component(data: dict[str, Any], field: str, name: str) -> None:
+def set_component(data: dict[str, Any], field: str, name: str) -> None:
+    """Name the entry of component ``field``; options written for another entry are dropped."""
     current = data.get(field)
     current_name = current.get("name") if isinstance(current, dict) else current
     if current_name != name:
@@ -295,7 +296,7 @@ def build_config(
         data = deep_merge(data, load_yaml(resolve_config_file(path)))
     for field, name in (components or {}).items():
         if name is not None:
-            _set_component(data, field, name)
+            set_component(data, field, name)
     for key, value in (values or {}).items():
         if value is not None:
             set_dotted(data, key, value)

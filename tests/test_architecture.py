@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent / "suite"
 # Lowest first. A top-level module or package of ``suite`` not listed here fails the test,
 # so a new package has to be given its floor.
 FLOORS: list[set[str]] = [
-    {"__init__", "errors", "fileio", "environment"},
+    {"errors", "fileio", "environment"},
     {
         "registry",
         "config",
@@ -35,7 +35,8 @@ FLOORS: list[set[str]] = [
     {"runs"},
     {"studies", "reproduce", "leaderboard", "api"},
     {"commands"},
-    {"cli", "__main__"},
+    # the package facade lends the API lazily (``from suite import run``), so it sits on top
+    {"cli", "__main__", "__init__"},
 ]
 
 
