@@ -9,13 +9,17 @@ modules. Imports of anything but the standard library, pydantic, yaml and suite 
 are left out; a statement that needed one fails, and :func:`catalog` then falls back to
 the real registry. The entries' files stay the one source of truth, and
 ``tests/test_catalog.py`` checks that this light reading equals the imported registry.
+The result is cached per state of the sources (see :func:`catalog`).
 """
 
 from __future__ import annotations
 import __future__
 
 import ast
+import hashlib
 import importlib
+import json
+import os
 import sys
 import types
 from dataclasses import asdict, dataclass, field
@@ -363,15 +367,65 @@ def real_entries(kind: str) -> list[CatalogEntry]:
 
 
 def catalog(kinds: list[str] | None = None) -> dict[str, list[CatalogEntry]]:
-    """Every entry of the given registries (all by default), read light when possible."""
-    loader = LightLoader()
-    out: dict[str, list[CatalogEntry]] = {}
-    for kind in list(KINDS) if kinds is None else kinds:
-        try:
-            out[kind] = light_entries(kind, loader)
-        except LightLoadError:
-            out[kind] = real_entries(kind)
-    return out
+    """Every entry of the given registries (all by default), read light when possible.
+
+    The reading is kept in a cache keyed by the path, size and mtime of every suite
+    source file (as Python keeps ``.pyc`` files), so a repeated ``suite list`` parses
+    nothing; any edit to a suite file makes a new key.
+    """
+    wanted = list(KINDS) if kinds is None else kinds
+    cache = _cache_file()
+    cached = _read_cache(cache)
+    if cached is None:
+        loader = LightLoader()
+        cached = {}
+        for kind in KINDS:
+            try:
+                cached[kind] = light_entries(kind, loader)
+            except LightLoadError:
+                cached[kind] = real_entries(kind)
+        _write_cache(cache, cached)
+    return {kind: cached[kind] for kind in wanted}
+
+
+def _cache_file() -> Path | None:
+    if os.environ.get("RECSUITE_CATALOG_CACHE", "1") == "0":
+        return None
+    stats = [
+        f"{p.relative_to(SUITE_ROOT)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+        for p in sorted(SUITE_ROOT.rglob("*.py"))
+    ]
+    key = hashlib.sha256("\n".join([sys.version, *stats]).encode()).hexdigest()[:20]
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "recsuite" / "catalog" / f"{key}.json"
+
+
+def _read_cache(path: Path | None) -> dict[str, list[CatalogEntry]] | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            kind: [
+                CatalogEntry(**{**e, "options": [OptionInfo(**o) for o in e["options"]]})
+                for e in data[kind]
+            ]
+            for kind in KINDS
+        }
+    except (ValueError, KeyError, TypeError, OSError):
+        return None  # unreadable or from another layout: read the sources again
+
+
+def _write_cache(path: Path | None, entries: dict[str, list[CatalogEntry]]) -> None:
+    if path is None:
+        return
+    from suite.fileio import write_text_atomic
+
+    try:
+        text = json.dumps({k: [asdict(e) for e in v] for k, v in entries.items()})
+        write_text_atomic(path, text)
+    except OSError:
+        pass  # a read-only home: the listing is still right, only not kept
 
 
 def prepared_dir_of(

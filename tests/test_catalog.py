@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,9 @@ def test_listing_imports_neither_torch_nor_mlflow_nor_pandas() -> None:
         "heavy = [m for m in ('torch', 'fbgemm_gpu', 'mlflow', 'pandas', 'numpy') "
         "if m in sys.modules]; sys.stderr.write(repr(heavy))"
     )
+    env = {**os.environ, "RECSUITE_CATALOG_CACHE": "0"}  # the cold path: read every source
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env=env
     )
     assert out.stderr.strip().endswith("[]"), out.stderr
     data = json.loads(out.stdout)
@@ -94,3 +96,17 @@ def test_text_listing_shows_defaults_and_status(capsys: pytest.CaptureFixture[st
 def test_two_patterns_are_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list", "foo", "bar"]) == 2
     assert "one name pattern" in capsys.readouterr().err
+
+
+def test_cached_listing_equals_a_fresh_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite import catalog as module
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = module.catalog()
+    path = module._cache_file()
+    assert path is not None and path.is_file() and path.is_relative_to(tmp_path)
+    assert module._read_cache(path) == first == module.catalog()
+    path.write_text("{not json")  # a damaged cache is read again from the sources
+    assert module.catalog() == first
