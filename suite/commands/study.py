@@ -51,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from suite.config import parse_override
     from suite.studies import load_study_spec, run_study
+    from suite.units import format_metric
 
     spec = load_study_spec(args.file)
     base_overrides = dict(parse_override(text) for text in args.overrides)
@@ -71,7 +72,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"  {label} trials: {', '.join(str(n) for n in summary.best)}")
         for name, value in summary.metrics.items():
             if name.startswith("best_"):
-                print(f"  {name:<24} {value:.6g}")
+                print(f"  {name:<24} {format_metric(name.removeprefix('best_'), value)}")
     for path in [*summary.files, *summary.best_configs]:
         print(f"  wrote {path}")
     if outcome.parent_run_id:

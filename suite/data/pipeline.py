@@ -46,6 +46,7 @@ from suite.data.vocab import (
     to_numpy,
 )
 from suite.errors import DataError
+from suite.progress import progress_bar
 
 WORKERS = min(4, os.cpu_count() or 1)
 
@@ -178,14 +179,8 @@ class _Spill:
 
 
 def _progress(enabled: bool, desc: str, total: int | None = None) -> tqdm:
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit=" rows",
-        unit_scale=True,
-        disable=not enabled,
-        dynamic_ncols=True,
-        leave=False,
+    return progress_bar(
+        total=total, desc=desc, unit=" rows", unit_scale=True, enabled=enabled, leave=False
     )
 
 

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from suite.config import RunConfig, deep_merge, validate_config
 from suite.errors import ConfigError
+from suite.progress import progress_bar
 from suite.reproduce.claims import ClaimOutcome, Figures, evaluate
 from suite.reproduce.spec import Claim, ReproductionSpec, list_specs, load_spec
 from suite.results import TaskResult
@@ -133,7 +132,7 @@ def reproduce(
 
     done: dict[tuple[str, tuple[int, ...]], RunRecord] = {}
     outcomes: dict[str, dict[str, RunRecord]] = {spec.paper: {} for spec in specs}
-    bar = tqdm(plan, desc=f"reproduce ({profile})", unit="run", disable=not progress)
+    bar = progress_bar(plan, desc=f"reproduce ({profile})", unit="run", enabled=progress)
     for spec, run_id, config in bar:
         seeds = spec.profiles[profile].seeds
         key = (config.config_hash(), tuple(seeds))

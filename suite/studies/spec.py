@@ -25,6 +25,7 @@ space). With one method there is no ``method`` param and names are the dotted ke
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from suite.config import RunConfig, build_config, format_validation_error, load_yaml
 from suite.errors import ConfigError
-from suite.registry import EMBEDDINGS
+from suite.registry import EMBEDDINGS, TASKS, did_you_mean
 
 METHOD_PARAM = "method"
 """Optuna name of the categorical over embedding methods in a multi-method study."""
@@ -365,6 +366,10 @@ class StudySpec(_Frozen):
     ) -> StudySpec:
         """A copy with the budget or base config changed (command-line flags)."""
         budget = self.budget
+        if n_trials is not None and n_trials < 1:
+            raise ConfigError(f"--trials: must be an integer >= 1, got {n_trials}")
+        if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError(f"--timeout: must be a number of seconds > 0, got {timeout:g}")
         if n_trials is not None or timeout is not None:
             budget = Budget(
                 n_trials=n_trials if n_trials is not None else budget.n_trials,
@@ -394,6 +399,23 @@ class StudySpec(_Frozen):
             full["tracking.run_name"] = run_name
         return self.base.with_overrides(full)
 
+    def check_metrics(self) -> None:
+        """Every objective and constraint metric must be one the base task declares, so a
+        misspelt metric fails before any trial runs. A task that declares no metrics is
+        checked after its first trial instead (the worker stops at once)."""
+        declared = tuple(getattr(TASKS.get(self.base.task.name), "metrics", ()) or ())
+        if not declared:
+            return
+        names = [str(getattr(m, "name", m)) for m in declared]
+        for where, metric in [("objectives", o.metric) for o in self.objectives] + [
+            ("constraints", c.metric) for c in self.constraints
+        ]:
+            if not any(_declares(m, metric) for m in declared):
+                raise ConfigError(
+                    f"study {self.name}: {where}: task {self.base.task.name!r} reports no metric "
+                    f"{metric!r}.{did_you_mean(metric, names)} It reports: {', '.join(names)}"
+                )
+
     def check_space(self) -> None:
         """Build one config per method from the space's example values, so a misspelt key,
         an unknown method or an option the method does not take fails before any work."""
@@ -405,6 +427,15 @@ class StudySpec(_Frozen):
                 raise ConfigError(
                     f"study {self.name}: space{f' (method {where})' if where else ''}: {exc}"
                 ) from None
+
+
+def _declares(declared: Any, metric: str) -> bool:
+    """Whether a task's metric declaration (a name, or a spec with ``name`` and, for a
+    family such as ``test_auc_*``, ``matches``) covers ``metric``."""
+    if getattr(declared, "name", declared) == metric:
+        return True
+    matches = getattr(declared, "matches", None)
+    return callable(matches) and matches(metric) is not None
 
 
 def load_study_spec(path: str | Path) -> StudySpec:
