@@ -427,6 +427,12 @@ def test_metric_names_progress_lines_and_no_deprecation_warning(
     err = capsys.readouterr().err
     assert "study named" in err and "2/2" in err  # the bar, as log lines (stderr is no TTY)
     assert "\r" not in err
+    for suffix in ("png", "pdf", "svg"):  # paper-ready: vector and 300 dpi
+        assert (outcome.out_dir / f"pareto.{suffix}").stat().st_size > 0
+    tables = tmp_path / "tables"
+    assert cli_main(["export", "study", str(outcome.out_dir), "--out", str(tables)]) == 0
+    exported = pd.read_csv(tables / "study-named.csv")
+    assert len(exported) == 2 and r"egin{tabular}" in (tables / "study-named.tex").read_text()
 
 
 def test_journal_heartbeat_fails_and_requeues_a_dead_workers_trial(tmp_path: Path) -> None:
