@@ -29,9 +29,10 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from tqdm import tqdm
 
+from suite.config import Frozen
 from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.raw import OnBadRows, RawReader
 from suite.data.schema import FeatureSchema
@@ -51,10 +52,8 @@ from suite.progress import progress_bar
 WORKERS = min(4, os.cpu_count() or 1)
 
 
-class CategoricalOptions(BaseModel):
+class CategoricalOptions(Frozen):
     """Options every raw dataset shares: vocabulary thresholds and bad-row handling."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     min_count: int = Field(
         1, ge=1, description="values seen fewer times in the counted rows share the rare id 1"

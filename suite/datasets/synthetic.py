@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from suite.config import Frozen
 from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.schema import FeatureSchema
 from suite.data.source import DatasetSource
@@ -98,10 +99,8 @@ MOVIELENS_FIELDS = ["user_id", "item_id", "age", "gender", "occupation", "genre"
 MOVIELENS_CARDINALITIES = [6040, 3706, 7, 2, 21, 18]  # the shape of ml-1m
 
 
-class SyntheticOptions(BaseModel):
+class SyntheticOptions(Frozen):
     """Size and teacher of a synthetic dataset."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     train_rows: int = Field(400_000, ge=10)
     val_rows: int = Field(50_000, ge=10)

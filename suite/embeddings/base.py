@@ -13,19 +13,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from torch import nn
 
+from suite.config import Frozen
 from suite.embeddings.tables import Backend, PhysicalTables, SparseOptimizer
 
 FBGEMM_DIM_MULTIPLE = 4
 """fbgemm's table-batched kernels need every table dim to be a multiple of 4."""
 
 
-class EmbeddingOptions(BaseModel):
+class EmbeddingOptions(Frozen):
     """Options every embedding method has."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     dim: int = Field(16, ge=1, description="embedding dim D the backbone sees")
     backend: Backend = Field("fbgemm", description="fbgemm table-batched kernel, or torch.nn")

@@ -5,21 +5,19 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict
 
+from suite.config import Frozen
 from suite.models.base import Backbone, LayerSizes, linear_flops, mlp
 from suite.registry import MODELS
 
 
-class DLRMOptions(BaseModel):
+class DLRMOptions(Frozen):
     """DLRM layer sizes and interaction.
 
     ``bottom_mlp`` lists the hidden widths; a last layer to the embedding dim is added (the
     reference's ``13-512-256-64-16`` is ``bottom_mlp: 512-256-64`` with dim 16). ``top_mlp``
     lists hidden widths; a last layer to one logit is added.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     bottom_mlp: LayerSizes = [64, 32]
     top_mlp: LayerSizes = [128, 64]

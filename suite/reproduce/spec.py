@@ -20,18 +20,14 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from suite.config import format_validation_error, load_yaml
+from suite.config import Frozen, format_validation_error, load_yaml
 from suite.errors import ConfigError
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "reproductions"
 
 Operand = float | str | dict[str, list[str]]
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Profile(Frozen):

@@ -30,9 +30,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from suite.config import RunConfig, build_config, format_validation_error, load_yaml
+from suite.config import Frozen, RunConfig, build_config, format_validation_error, load_yaml
 from suite.errors import ConfigError
 from suite.registry import EMBEDDINGS, TASKS, did_you_mean
 
@@ -43,11 +43,7 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FloatDistribution(_Frozen):
+class FloatDistribution(Frozen):
     """A float in ``[low, high]``, optionally log-uniform or on a grid of ``step``."""
 
     type: Literal["float"]
@@ -73,7 +69,7 @@ class FloatDistribution(_Frozen):
         return self.low
 
 
-class IntDistribution(_Frozen):
+class IntDistribution(Frozen):
     """An int in ``[low, high]`` on a grid of ``step``, optionally log-uniform."""
 
     type: Literal["int"]
@@ -102,7 +98,7 @@ class IntDistribution(_Frozen):
 Scalar = bool | int | float | str | None
 
 
-class CategoricalDistribution(_Frozen):
+class CategoricalDistribution(Frozen):
     """One of ``choices`` (bools, numbers, strings or null)."""
 
     type: Literal["categorical"]
@@ -139,7 +135,7 @@ def _check_keys(space: ParamSpace) -> ParamSpace:
     return space
 
 
-class SearchSpace(_Frozen):
+class SearchSpace(Frozen):
     """Params every trial samples, and per-embedding-method conditional params."""
 
     params: ParamSpace = Field(default_factory=dict)
@@ -214,14 +210,14 @@ class SearchSpace(_Frozen):
         ]
 
 
-class Objective(_Frozen):
+class Objective(Frozen):
     """A metric of the task's result and whether to maximize or minimize it."""
 
     metric: str
     direction: Literal["maximize", "minimize"]
 
 
-class Constraint(_Frozen):
+class Constraint(Frozen):
     """A bound on a result metric; trials outside it are infeasible."""
 
     metric: str
@@ -245,7 +241,7 @@ class Constraint(_Frozen):
         return float(max(parts))
 
 
-class Budget(_Frozen):
+class Budget(Frozen):
     """Finished trials to reach (COMPLETE or PRUNED) and/or seconds per session."""
 
     n_trials: int | None = Field(None, ge=1)
@@ -260,7 +256,7 @@ class Budget(_Frozen):
         return self
 
 
-class SamplerSpec(_Frozen):
+class SamplerSpec(Frozen):
     """Optuna sampler: ``tpe`` (default), ``nsga2`` or ``random``."""
 
     name: Literal["tpe", "nsga2", "random"] = "tpe"
@@ -277,7 +273,7 @@ class SamplerSpec(_Frozen):
         return self
 
 
-class PrunerSpec(_Frozen):
+class PrunerSpec(Frozen):
     """Median pruning of single-objective studies from intermediate validation reports."""
 
     name: Literal["median", "none"] = "median"
@@ -286,7 +282,7 @@ class PrunerSpec(_Frozen):
     interval_steps: int = Field(1, ge=1)
 
 
-class HeartbeatSpec(_Frozen):
+class HeartbeatSpec(Frozen):
     """Dead-worker detection: a running trial whose heartbeat is older than
     ``grace_period`` seconds is marked FAIL and re-queued (at most ``max_retry`` times)."""
 
@@ -305,13 +301,13 @@ class HeartbeatSpec(_Frozen):
         return self
 
 
-class ExportSpec(_Frozen):
+class ExportSpec(Frozen):
     """How many best configs to write as run-config YAML."""
 
     best: int = Field(3, ge=0)
 
 
-class StudySpec(_Frozen):
+class StudySpec(Frozen):
     """One validated study file. ``base`` is the resolved base run config."""
 
     name: str
