@@ -110,3 +110,15 @@ def test_cached_listing_equals_a_fresh_reading(
     assert module._read_cache(path) == first == module.catalog()
     path.write_text("{not json")  # a damaged cache is read again from the sources
     assert module.catalog() == first
+
+
+def test_help_imports_no_heavy_library() -> None:
+    code = (
+        "import sys; from suite.cli import make_parser; make_parser().format_help();"
+        "print([m for m in ('torch', 'fbgemm_gpu', 'mlflow', 'optuna', 'pandas', 'pydantic') "
+        "if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "[]"

@@ -16,7 +16,6 @@ A spec is YAML in ``suite/reproductions/<paper>.yaml``::
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from suite.config import Frozen, format_validation_error, load_yaml
 from suite.errors import ConfigError
+from suite.registry import unknown_name_message
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "reproductions"
 
@@ -119,11 +119,7 @@ def load_spec(name_or_path: str | Path, directory: Path = SPEC_DIR) -> Reproduct
         path = directory / f"{name_or_path}.yaml"
         if not path.is_file():
             names = list_specs(directory)
-            close = difflib.get_close_matches(str(name_or_path), names, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(
-                f"unknown paper {str(name_or_path)!r}.{hint} Valid: {', '.join(names)}"
-            )
+            raise ConfigError(unknown_name_message("paper", str(name_or_path), names))
     data = load_yaml(path)
     try:
         return ReproductionSpec.model_validate(data)
