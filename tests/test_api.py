@@ -116,3 +116,23 @@ def test_import_suite_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_compare_command_by_group_hash_prints_the_table(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from suite.api import group_hash
+
+    out = isolated / "runs"
+    for seed, d in enumerate([0.001, 0.002, 0.0015]):
+        a, b = _result(seed, 0.80 + d), _result(seed, 0.70 + d)
+        a.config["embedding"], b.config["embedding"] = "full", "qr"
+        a.write(out / f"a{seed}.json")
+        b.write(out / f"b{seed}.json")
+    ga = group_hash(TaskResult.read(out / "a0.json"))
+    gb = group_hash(TaskResult.read(out / "b0.json"))
+    assert main(["compare", ga, gb, "--results", str(out), "--metric", "test_auc"]) == 0
+    text = capsys.readouterr().out
+    assert "paired seeds: 3" in text and "A better" in text and "test_auc" in text
+    assert main(["compare", "nope", gb, "--results", str(out)]) == 2
+    assert "neither a result file nor a run id" in capsys.readouterr().err
