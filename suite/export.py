@@ -79,7 +79,8 @@ def study_tables(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     done = table[table["state"] == "COMPLETE"] if "state" in table else table
     if "pareto" in done:
         done = done.sort_values(["pareto", "number"], ascending=[False, True])
-    display = done.copy()
+    bookkeeping = [c for c in done.columns if c.endswith(("hash", "run_id", "error", "retry_of"))]
+    display = done.drop(columns=bookkeeping)
     for column in display.columns:
         if display[column].dtype.kind == "f" and column not in ("number",):
             display[column] = [_cell(column, v, None) for v in display[column]]

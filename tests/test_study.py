@@ -432,7 +432,7 @@ def test_metric_names_progress_lines_and_no_deprecation_warning(
     tables = tmp_path / "tables"
     assert cli_main(["export", "study", str(outcome.out_dir), "--out", str(tables)]) == 0
     exported = pd.read_csv(tables / "study-named.csv")
-    assert len(exported) == 2 and r"egin{tabular}" in (tables / "study-named.tex").read_text()
+    assert len(exported) == 2 and r"\begin{tabular}" in (tables / "study-named.tex").read_text()
 
 
 def test_journal_heartbeat_fails_and_requeues_a_dead_workers_trial(tmp_path: Path) -> None:
