@@ -281,7 +281,7 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _literal(loader: LightLoader, found: tuple[str, ast.expr] | None, default: Any) -> Any:
+def _literal(found: tuple[str, ast.expr] | None, default: Any) -> Any:
     if found is None:
         return default
     try:
@@ -324,26 +324,23 @@ def _entry(
     if found is None:
         options_cls = loader.load(*_DEFAULT_OPTIONS)
     else:
-        where = found[0], found[1]
-        if not isinstance(where[1], ast.Name):
+        where, value = found
+        if not isinstance(value, ast.Name):
             raise LightLoadError(f"{module}.{node.name}.Options is not a plain name")
-        target = _definition(loader, where[0], where[1].id)
+        target = _definition(loader, where, value.id)
         if target is None:
-            raise LightLoadError(f"{module}: cannot find {where[1].id}")
+            raise LightLoadError(f"{where}: cannot find {value.id}")
         options_cls = loader.load(*target)
     entry = CatalogEntry(kind, str(name), description, module, _options_info(options_cls))
     if kind == "datasets":
         entry.protocols = _literal(
-            loader,
             _class_attr(loader, module, node.name, "protocols"),
             {"default": "the dataset's own train/val/test splits"},
         )
         entry.default_protocol = _literal(
-            loader, _class_attr(loader, module, node.name, "default_protocol"), "default"
+            _class_attr(loader, module, node.name, "default_protocol"), "default"
         )
-        entry.needs_raw = bool(
-            _literal(loader, _class_attr(loader, module, node.name, "needs_raw"), False)
-        )
+        entry.needs_raw = bool(_literal(_class_attr(loader, module, node.name, "needs_raw"), False))
     return entry
 
 
