@@ -104,6 +104,7 @@ def test_cached_listing_equals_a_fresh_reading(
     from suite import catalog as module
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("RECSUITE_CATALOG_CACHE", raising=False)
     first = module.catalog()
     path = module._cache_file()
     assert path is not None and path.is_file() and path.is_relative_to(tmp_path)
