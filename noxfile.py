@@ -27,11 +27,17 @@ def has_cuda() -> bool:
     return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
 
 
+TORCHREC = "torchrec==1.8.0"
+
+
 def install_suite(session: nox.Session, extras: str = "dev") -> None:
-    """torch first (pip takes a local wheel where the machine has one), then the suite."""
+    """torch first (pip takes a local wheel where the machine has one), then the suite,
+    then torchrec without its declared dependencies (they name the CUDA fbgemm wheel even
+    on CPU machines; its real needs come with the ``scaleout`` extra)."""
     flavour = "cuda" if has_cuda() else "cpu"
     session.install("torch==2.13.0")
-    session.install("-e", f".[{flavour},{extras}]")
+    session.install("-e", f".[{flavour},scaleout,{extras}]")
+    session.install("--no-deps", TORCHREC)
 
 
 def install_system_packages(session: nox.Session) -> None:

@@ -159,6 +159,18 @@ class TrainConfig(Frozen):
     progress: bool = True
 
 
+class CommConfig(Frozen):
+    """The codec of the embedding all-to-all payload (see ``suite.engine.comm_codec``)."""
+
+    codec: Literal["none", "fp16", "bf16", "lossy"] = "none"
+    error_bound: float = Field(
+        0.01, gt=0, description="lossy: bound per value, relative to each table's value range"
+    )
+    start_scale: float = Field(2.0, gt=0, description="lossy: bound multiplier at step 0")
+    end_scale: float = Field(0.5, gt=0, description="lossy: bound multiplier at the last step")
+    zlib_level: int = Field(1, ge=0, le=9, description="lossy: zlib level of the codes")
+
+
 class TrackingConfig(Frozen):
     """Where the run is recorded; not part of the run's identity."""
 
@@ -179,6 +191,7 @@ class RunConfig(Frozen):
     train: TrainConfig = Field(default_factory=TrainConfig)
     seed: int = 0
     device: Literal["cpu", "cuda"] = "cpu"
+    comm: CommConfig = Field(default_factory=CommConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     def identity(self) -> dict[str, Any]:
@@ -187,6 +200,8 @@ class RunConfig(Frozen):
         for key in ("raw", "cache_dir"):
             data["dataset"].pop(key, None)
         data["train"].pop("progress", None)
+        if self.comm == CommConfig():  # no codec: hashes stay those of runs before codecs
+            data.pop("comm", None)
         return data
 
     def config_hash(self) -> str:

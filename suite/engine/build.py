@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 from suite.config import RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.embeddings.base import EmbeddingContext
+from suite.engine.comm_codec import CommCodec
 from suite.errors import ConfigError
 from suite.models.base import RecModel
 
@@ -50,4 +52,13 @@ def build_model(config: RunConfig, data: PreparedDataset) -> RecModel:
     backbone = backbone_cls(
         schema.num_dense, schema.num_sparse, embedding.dim, config.model.typed_options()
     )
-    return RecModel(embedding, backbone.to(device))
+    return RecModel(embedding, backbone.to(device), payload_codec(config, data))
+
+
+def payload_codec(config: RunConfig, data: PreparedDataset) -> CommCodec | None:
+    """The all-to-all payload codec the config asks for, told the run's step count."""
+    if config.comm.codec == "none":
+        return None
+    train = config.train
+    steps = train.epochs * math.ceil(len(data.split("train")) / train.batch_size)
+    return CommCodec(config.comm, min(steps, train.max_steps or steps))

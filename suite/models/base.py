@@ -63,16 +63,24 @@ class Backbone(nn.Module):
 class RecModel(nn.Module):
     """An embedding method feeding a backbone.
 
-    ``forward(dense [B, Dd], sparse [B, F]) -> logits [B]``.
+    ``forward(dense [B, Dd], sparse [B, F]) -> logits [B]``. ``payload``, when given, is
+    what the pooled embeddings ``[B, F, D]`` pass through on their way to the backbone
+    (the codec of an embedding all-to-all).
     """
 
-    def __init__(self, embedding: EmbeddingMethod, backbone: Backbone) -> None:
+    def __init__(
+        self, embedding: EmbeddingMethod, backbone: Backbone, payload: nn.Module | None = None
+    ) -> None:
         super().__init__()
         self.embedding = embedding
         self.backbone = backbone
+        self.payload = payload
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        return self.backbone(dense, self.embedding(sparse))
+        pooled = self.embedding(sparse)
+        if self.payload is not None:
+            pooled = self.payload(pooled)
+        return self.backbone(dense, pooled)
 
     def dense_parameters(self) -> list[nn.Parameter]:
         """Parameters a dense torch optimizer updates: all but fused and sparse ones."""

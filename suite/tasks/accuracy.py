@@ -60,6 +60,10 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "embedding_auxiliary_bytes": False,
         "flops_per_example": False,
     }
+    if model.payload is not None:
+        comm = model.payload.figures()
+        metrics |= comm
+        higher |= {k: k == "comm_compression_ratio" for k in comm}
     details = {
         "checkpoint": outcome.checkpoint,
         "checkpoint_step": outcome.checkpoint_step,
