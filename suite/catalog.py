@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import sys
 import types
 from dataclasses import asdict, dataclass, field
@@ -265,10 +266,15 @@ def _options_info(options_cls: Any) -> list[OptionInfo]:
 
 
 def _type_name(annotation: Any) -> str:
+    """``list[suite.tasks.tiered.Placement]`` -> ``list[Placement]``: types by their own
+    names, so the light reading (its own module names) and the real one read alike."""
     if isinstance(annotation, type):
         return annotation.__name__
-    text = str(annotation).replace("typing.", "")
+    text = _QUALIFIED.sub(r"\2", str(annotation))
     return text.replace("NoneType", "None")
+
+
+_QUALIFIED = re.compile(r"(?<![\w'\"])((?:[A-Za-z_]\w*\.)+)([A-Za-z_]\w*)")
 
 
 def _jsonable(value: Any) -> Any:

@@ -131,6 +131,8 @@ def print_row(kind: str, row: dict[str, Any]) -> None:
     print(f"  {row['name']}  {row['description']}")
     for option in row.get("options", []):
         default = "(required)" if option["required"] else json.dumps(option["default"])
+        if len(default) > 80:  # long lists stay whole in --json
+            default = default[:77] + "..."
         help_text = f"  {option['description']}" if option["description"] else ""
         print(f"      {option['name']} = {default}  [{option['type']}]{help_text}")
     if kind == "datasets":
