@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from suite.config import Frozen
 from suite.data.access import (
     PUBLISHED_REUSE_HISTOGRAM,
     REUSE_BATCH,
@@ -35,10 +36,8 @@ from suite.tasks.base import RunContext, Task, TaskOutput
 CACHE_FRACTIONS = [0.0001, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
 
 
-class CharacterizeOptions(BaseModel):
+class CharacterizeOptions(Frozen):
     """What to measure and on how much of the stream."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     split: str = Field("train", description="split whose lookups are characterized")
     trace: str | None = Field(

@@ -21,9 +21,9 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from suite.config import RunConfig
+from suite.config import Frozen, RunConfig
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
 from suite.errors import ConfigError
@@ -36,10 +36,8 @@ from suite.tasks.base import RunContext, Task, TaskOutput
 Precision = Literal["fp32", "fp16", "int8", "int4"]
 
 
-class ServingOptions(BaseModel):
+class ServingOptions(Frozen):
     """The query stream, the batching policy and the latency target."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     precisions: list[Precision] = Field(
         default_factory=lambda: ["fp32", "int8", "int4"], min_length=1

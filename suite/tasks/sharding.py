@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from suite.config import Frozen
 from suite.registry import TASKS
 from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
@@ -32,10 +33,8 @@ from suite.tasks.base import RunContext, Task, TaskOutput
 PLANNERS = ("torchrec", "size-greedy", "lookup-greedy", "random")
 
 
-class ShardingOptions(BaseModel):
+class ShardingOptions(Frozen):
     """Tables, world sizes and the device each rank stands for."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     world_sizes: list[int] = Field(default_factory=lambda: [2, 4, 8, 16, 32, 64, 128], min_length=1)
     tables: Literal["full-size", "prepared"] = "full-size"

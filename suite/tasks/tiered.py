@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from suite.config import format_validation_error, load_yaml
+from suite.config import Frozen, format_validation_error, load_yaml
 from suite.data.access import AccessStream, lfu_hit_rates, lru_hit_rates, stack_distances
 from suite.errors import ConfigError
 from suite.registry import TASKS
@@ -34,10 +34,8 @@ from suite.tasks.characterize import CharacterizeOptions, load_stream
 DEFAULT_TIERS = Path(__file__).resolve().parent.parent / "presets" / "tiers" / "default.yaml"
 
 
-class Tier(BaseModel):
+class Tier(Frozen):
     """One memory technology's figures (see the preset file for sources)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     latency_ns: float = Field(gt=0)
     bandwidth_gbps: float = Field(gt=0)
@@ -46,19 +44,15 @@ class Tier(BaseModel):
     usd_per_gb: float = Field(ge=0)
 
 
-class Level(BaseModel):
+class Level(Frozen):
     """A tier of a placement and the share of all rows it holds (upper tiers only)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tier: str
     share: float | None = Field(None, gt=0, le=1, description="share of rows; bottom: all")
 
 
-class Placement(BaseModel):
+class Placement(Frozen):
     """Tiers from fastest to slowest; the last one holds every row."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     levels: list[Level] = Field(min_length=1)
