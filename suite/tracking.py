@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import time
@@ -117,8 +118,16 @@ def _initialise_sqlite(path: Path) -> None:
     for stale in path.parent.glob(f".{path.name}.init-*"):
         stale.unlink(missing_ok=True)  # left by a run killed while building its store
     tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
-    store = SqlAlchemyStore(f"sqlite:///{tmp}", (path.parent / "artifacts").resolve().as_uri())
-    store.engine.dispose()
+    chatty = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in chatty]
+    for logger in chatty:
+        logger.setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
+    try:
+        store = SqlAlchemyStore(f"sqlite:///{tmp}", (path.parent / "artifacts").resolve().as_uri())
+        store.engine.dispose()
+    finally:
+        for logger, level in zip(chatty, levels, strict=True):
+            logger.setLevel(level)
     os.replace(tmp, path)
 
 
