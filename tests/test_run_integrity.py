@@ -204,13 +204,20 @@ def test_first_runs_killed_while_creating_the_store_leave_it_usable(tmp_path: Pa
     assert not list(db.parent.glob(f".{db.name}.init-*"))
 
 
-def test_unusable_store_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    db = tmp_path / "mlruns" / "mlflow.db"
-    db.parent.mkdir()
-    db.write_bytes(b"not a database" * 100)
-    code = main(["run", "--tracking-uri", f"sqlite:///{db}", *TINY_FLAGS])
+@pytest.mark.parametrize("kind", ["garbage-file", "unknown-scheme"])
+def test_unusable_store_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    if kind == "garbage-file":
+        db = tmp_path / "mlruns" / "mlflow.db"
+        db.parent.mkdir()
+        db.write_bytes(b"not a database" * 100)
+        uri = f"sqlite:///{db}"
+    else:
+        uri = "nosuchscheme://store"
+    code = main(["run", "--tracking-uri", uri, *TINY_FLAGS])
     line = _one_error_line(capsys.readouterr().err)
-    assert code == 2 and f"MLflow tracking store sqlite:///{db}" in line
+    assert code == 2 and f"MLflow tracking store {uri}: cannot open it" in line
 
 
 # --- item 9: output paths checked before training -------------------------------------
@@ -251,6 +258,9 @@ def test_unwritable_results_dir_is_refused_before_any_work(
         (["--set", "train.sparse_lr=.nan"], "train.sparse_lr"),
         (["--set", "embedding.options.dim=100000000"], "embedding.options.dim"),
         (["--seeds", "0,-2"], "seed"),
+        (["--repeats", "100000000000000000000"], "--repeats"),
+        (["--repeats", "0"], "--repeats"),
+        (["--epochs", "0"], "train.epochs"),
     ],
 )
 def test_bad_numbers_fail_in_one_line_naming_the_field(

@@ -32,6 +32,7 @@ from suite.runs.single import FINGERPRINT_CHARS, execute, preflight, run_tags
 from suite.tracking import Tracker, flatten
 
 STD_DDOF = 1
+MAX_REPEATS = 10_000
 
 
 class MultiSeedResult(BaseModel):
@@ -94,6 +95,8 @@ def seeds_from(
         return list(seeds)
     if repeats is None or repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
+    if repeats > MAX_REPEATS:
+        raise ConfigError(f"--repeats must be <= {MAX_REPEATS}, got {repeats}")
     return [offset + i for i in range(repeats)]
 
 
