@@ -252,6 +252,16 @@ class Tracker:
 
         return cls(client, _store_call(resolved, "create a run", create), resolved)
 
+    @classmethod
+    def resume(cls, uri: str | None, run_id: str) -> Tracker:
+        """Reopen an existing run (a resumed training run): RUNNING again, owned by this
+        process (so a start elsewhere does not take it for a dead one)."""
+        client, resolved = open_client(uri)
+        tracker = cls(client, run_id, resolved)
+        tracker.set_tags(owner_tags())
+        tracker.call("reopen it", lambda: client.update_run(run_id, status="RUNNING"))
+        return tracker
+
     def call(self, what: str, call: Callable[[], T]) -> T:
         """``call()`` on this run's store; a failure is one ``SuiteError`` line."""
         return _store_call(self.uri, f"{what} (run {self.run_id})", call)

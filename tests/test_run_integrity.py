@@ -372,3 +372,30 @@ def test_two_datasets_with_equal_options_keep_both_results(tmp_path: Path) -> No
         ma.data_fingerprint,
         mb.data_fingerprint,
     }
+
+
+def test_resumed_run_is_owned_by_the_resuming_process(tmp_path: Path) -> None:
+    """A run reopened by another process carries that process's pid, so a start on the
+    same store does not mark it dead."""
+    uri = tracking_uri(tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from suite.tracking import Tracker; "
+            "print(Tracker.start(sys.argv[1], 'recsuite', 'dies').run_id)",
+            uri,
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    run_id = proc.stdout.strip().splitlines()[-1]
+    from suite.tracking import Tracker
+
+    Tracker.resume(uri, run_id)
+    Tracker.start(uri, "recsuite", "other").finish()  # cleans dead runs on its way
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.info.status == "RUNNING"
+    assert run.data.tags["suite.pid"] == str(os.getpid())
