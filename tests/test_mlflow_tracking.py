@@ -124,3 +124,5 @@ def test_multiseed_parent_has_source_and_children_models(tmp_path: Path) -> None
     if head is not None:
         assert parent.data.tags["mlflow.source.git.commit"] == head
     assert np.isfinite(parent.data.metrics["val_auc_mean"])
+    (entry,) = parent.inputs.dataset_inputs
+    assert entry.dataset.digest == agg.data_fingerprint[:36]

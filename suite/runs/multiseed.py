@@ -28,7 +28,7 @@ from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_text_atomic
 from suite.results import RESULT_SCHEMA_VERSION, TaskResult, now_iso
 from suite.runs.signals import interruptible, interruption
-from suite.runs.single import FINGERPRINT_CHARS, execute, preflight, run_tags
+from suite.runs.single import FINGERPRINT_CHARS, execute, log_data_input, preflight, run_tags
 from suite.tracking import Tracker, flatten
 
 STD_DDOF = 1
@@ -184,6 +184,7 @@ def _execute_seeds(
             params["seeds"] = ",".join(str(s) for s in seeds)
             parent.log_params(params)
             parent.log_text(config.to_yaml(), "config.yaml")
+            log_data_input(parent, config, data)
         results = []
         for seed in seeds:
             child = config.with_overrides({"seed": seed})

@@ -92,6 +92,18 @@ def preflight(
     return device, data, task
 
 
+def log_data_input(tracker: Tracker, config: RunConfig, data: PreparedDataset) -> None:
+    """The prepared data as the run's MLflow dataset input, its fingerprint as digest."""
+    tracker.log_dataset(
+        name=f"{config.dataset.name}/{config.dataset.protocol}",
+        digest=data.fingerprint,
+        source=str(data.path) if data.path else config.dataset.name,
+        context="training",
+        rows=data.manifest.get("rows", {}),
+        fingerprint=data.fingerprint,
+    )
+
+
 class Diverged(SuiteError):
     """Training produced a non-finite loss."""
 
@@ -174,14 +186,7 @@ def _run(
     if tracker:
         tracker.log_params(flatten(config.identity()))
         tracker.log_text(config.to_yaml(), "config.yaml")
-        tracker.log_dataset(
-            name=f"{config.dataset.name}/{config.dataset.protocol}",
-            digest=data.fingerprint,
-            source=str(data.path) if data.path else config.dataset.name,
-            context="training",
-            rows=data.manifest.get("rows", {}),
-            fingerprint=data.fingerprint,
-        )
+        log_data_input(tracker, config, data)
     last_step = 0
 
     def log_metrics(metrics: dict[str, float], step: int) -> None:
