@@ -88,7 +88,9 @@ class EmbeddingMethod(nn.Module):
         return []
 
     def after_step(self, step: int) -> None:
-        """Hook called after every optimizer step (e.g. to prune)."""
+        """The method's own sparse update, after ``backward`` (it owns its sparse
+        optimizer, as torchrec's fused tables do), then its per-step hooks (e.g. to prune).
+        ``step`` counts from 1. :func:`suite.engine.train.train_step` calls it."""
 
     def flops_per_example(self) -> int:
         """Forward FLOPs per example spent by the method itself (combines, projections)."""
@@ -185,6 +187,9 @@ class ComposedEmbedding(EmbeddingMethod):
 
     def sparse_parameters(self) -> list[nn.Parameter]:
         return self.tables.sparse_parameters()
+
+    def after_step(self, step: int) -> None:
+        self.tables.step()
 
     def flops_per_example(self) -> int:
         return self.combine.flops_per_example()

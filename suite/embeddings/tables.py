@@ -49,9 +49,10 @@ class PhysicalTables(nn.Module):
     concatenated over ``t``. Rows start uniform in ``±sqrt(1/rows)`` (as the DLRM
     reference), drawn from ``seed``.
 
-    With ``backend="fbgemm"`` the update is fused into the backward pass (the kernel owns
-    its optimizer state); with ``"torch"`` the tables yield sparse gradients that
-    :class:`RowwiseAdagrad` / ``torch.optim`` apply.
+    The tables own their sparse optimizer, as torchrec's fused tables do: with
+    ``backend="fbgemm"`` the update is fused into the backward pass (the kernel owns its
+    optimizer state); with ``"torch"`` the tables yield sparse gradients that their own
+    :class:`RowwiseAdagrad` / ``torch.optim`` optimizer applies in :meth:`step`.
     """
 
     def __init__(
@@ -90,6 +91,11 @@ class PhysicalTables(nn.Module):
                 with torch.no_grad():
                     bag.weight.copy_(values)
                 self.bags.append(bag.to(device))
+        self.optimizer = (
+            make_sparse_optimizer(self.sparse_parameters(), optimizer, learning_rate)
+            if self.bags is not None
+            else None
+        )
 
     def _make_kernel(self, device: torch.device, optimizer: str, learning_rate: float) -> nn.Module:
         emb_optim, location, pooling, compute, tbe = _fbgemm()
@@ -133,6 +139,23 @@ class PhysicalTables(nn.Module):
         assert self.bags is not None
         return torch.cat([bag(ids[:, t : t + 1]) for t, bag in enumerate(self.bags)], dim=1)
 
+    def step(self) -> None:
+        """Apply the sparse update after ``backward`` (the fused kernel already has)."""
+        if self.optimizer is not None:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def optimizer_states(self) -> list[list[torch.Tensor]]:
+        """Each table's optimizer state tensors (first dim: the table's rows), from
+        fbgemm's ``split_optimizer_states`` or the torch optimizer."""
+        if self.kernel is not None:
+            return [list(table) for table in self.kernel.split_optimizer_states()]
+        assert self.bags is not None and self.optimizer is not None
+        return [
+            [v for v in self.optimizer.state[bag.weight].values() if torch.is_tensor(v)]
+            for bag in self.bags
+        ]
+
     def weights(self) -> list[torch.Tensor]:
         """Each table's ``[rows_t, dims_t]`` weight (views of the real storage)."""
         if self.kernel is not None:
@@ -165,7 +188,10 @@ class PhysicalTables(nn.Module):
                 ],
                 "optimizer": states,
             }
-        return {"parameters": [bag.weight for bag in self.bags or []], "optimizer": []}
+        return {
+            "parameters": [bag.weight for bag in self.bags or []],
+            "optimizer": [s for table in self.optimizer_states() for s in table],
+        }
 
 
 class RowwiseAdagrad(torch.optim.Optimizer):

@@ -17,7 +17,6 @@ from suite.config import TrainConfig
 from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
-from suite.embeddings.tables import make_sparse_optimizer
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 
@@ -52,40 +51,24 @@ def make_dense_optimizer(
     return torch.optim.SGD(params, lr=train.dense_lr)
 
 
-def make_optimizers(
-    model: RecModel, train: TrainConfig
-) -> tuple[torch.optim.Optimizer | None, torch.optim.Optimizer | None]:
-    """The dense optimizer and, for embeddings with sparse gradients, the sparse one
-    (either may be ``None``: fused tables update themselves)."""
-    dense_opt = make_dense_optimizer(model.dense_parameters(), train)
-    sparse_params = model.embedding.sparse_parameters()
-    sparse_opt = (
-        make_sparse_optimizer(sparse_params, train.sparse_optimizer, train.sparse_lr)
-        if sparse_params
-        else None
-    )
-    return dense_opt, sparse_opt
-
-
 def train_step(
     model: RecModel,
     batch: Batch,
     dense_opt: torch.optim.Optimizer | None,
-    sparse_opt: torch.optim.Optimizer | None,
+    step: int,
 ) -> torch.Tensor:
-    """One training step on ``batch`` (already on the model's device): forward, BCE loss,
-    backward, optimizer steps. Returns the loss tensor (not synchronized)."""
+    """Training step number ``step`` (from 1) on ``batch`` (already on the model's device):
+    forward, BCE loss, backward, the dense optimizer's step, then the embedding's own
+    sparse update and hooks (:meth:`EmbeddingMethod.after_step`). Returns the loss tensor
+    (not synchronized)."""
     logits = model(batch.dense, batch.sparse)
     loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.label)
     if dense_opt:
         dense_opt.zero_grad(set_to_none=True)
-    if sparse_opt:
-        sparse_opt.zero_grad(set_to_none=True)
     loss.backward()  # fused fbgemm tables update themselves here
     if dense_opt:
         dense_opt.step()
-    if sparse_opt:
-        sparse_opt.step()
+    model.embedding.after_step(step)
     return loss
 
 
@@ -142,7 +125,7 @@ def train(
     """
     cfg = train_config
     loader = BatchLoader(data.split("train"), cfg.batch_size, shuffle=cfg.shuffle, seed=seed)
-    dense_opt, sparse_opt = make_optimizers(model, cfg)
+    dense_opt = make_dense_optimizer(model.dense_parameters(), cfg)
     total = min(cfg.max_steps or 10**18, cfg.epochs * len(loader))
     val_split = data.split("val")
     log_every = max(1, min(50, total // 20))
@@ -169,10 +152,9 @@ def train(
         loader.set_epoch(epoch)
         tick = time.perf_counter()
         for batch in loader:
-            loss = train_step(model, batch.to(device), dense_opt, sparse_opt)
             step += 1
+            loss = train_step(model, batch.to(device), dense_opt, step)
             examples += len(batch)
-            model.embedding.after_step(step)
             loss_sum += float(loss.detach())
             loss_count += 1
             bar.update(1)

@@ -186,11 +186,11 @@ def dense_parameter_split(
 def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
     """Build the config's model, run two training steps and one inference forward, and
     return its byte counts and peaks."""
-    from suite.engine.train import make_optimizers, train_step
+    from suite.engine.train import make_dense_optimizer, train_step
 
     cfg, device = ctx.config, ctx.device
     model = ctx.build_model()
-    dense_opt, sparse_opt = make_optimizers(model, cfg.train)
+    dense_opt = make_dense_optimizer(model.dense_parameters(), cfg.train)
     train_loader = BatchLoader(
         ctx.data.split("train"),
         opts.batch_size or cfg.train.batch_size,
@@ -204,12 +204,10 @@ def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
     infer_batch = _first_batch(infer_loader, device)
 
     model.train()
-    train_step(model, train_batch, dense_opt, sparse_opt)  # optimizer state now exists
-    model.embedding.after_step(1)
+    train_step(model, train_batch, dense_opt, 1)  # optimizer state now exists
 
     def training() -> None:
-        train_step(model, train_batch, dense_opt, sparse_opt)
-        model.embedding.after_step(2)
+        train_step(model, train_batch, dense_opt, 2)
 
     def inference() -> None:
         with torch.no_grad():
@@ -222,7 +220,7 @@ def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
 
     analytic = model.embedding.memory()
     storage = model.embedding.storage_tensors()
-    sparse_state = [*storage.get("optimizer", []), *optimizer_state_tensors(sparse_opt)]
+    sparse_state = storage.get("optimizer", [])
     return {
         "real": {
             "parameters": tensor_bytes(storage.get("parameters", [])),
