@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -139,6 +140,19 @@ class TrainConfig(Frozen):
     shuffle: bool = True
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's")
     progress: bool = True
+    checkpoint_every: int | str | None = Field(
+        None, description="write a checkpoint every N steps, or every 30s / 5m / 1h of training"
+    )
+    checkpoint_dir: str = Field("checkpoints", description="where a run's checkpoints live")
+
+    @model_validator(mode="after")
+    def _checkpoint_every(self) -> TrainConfig:
+        value = self.checkpoint_every
+        if value is not None and not re.fullmatch(r"[1-9]\d*|\d+(\.\d+)?[smh]", str(value).strip()):
+            raise ValueError(
+                f"checkpoint_every: expected steps (e.g. 500) or a time (30s, 5m, 1h), got {value!r}"
+            )
+        return self
 
 
 class TrackingConfig(Frozen):
@@ -168,7 +182,8 @@ class RunConfig(Frozen):
         data = self.model_dump(mode="json", exclude={"tracking": True})
         for key in ("raw", "cache_dir"):
             data["dataset"].pop(key, None)
-        data["train"].pop("progress", None)
+        for key in ("progress", "checkpoint_every", "checkpoint_dir"):  # same result either way
+            data["train"].pop(key, None)
         return data
 
     def config_hash(self) -> str:

@@ -83,6 +83,19 @@ class Tracker:
             raise SuiteError(f"cannot open MLflow tracking store {resolved}: {exc}") from None
         return cls(client, run.info.run_id, resolved)
 
+    @classmethod
+    def resume(cls, uri: str | None, run_id: str) -> Tracker:
+        """Reopen an existing run (a resumed training run): its status goes back to RUNNING."""
+        from mlflow.tracking import MlflowClient
+
+        resolved = resolve_tracking_uri(uri)
+        client = MlflowClient(tracking_uri=resolved)
+        try:
+            client.update_run(run_id, status="RUNNING")
+        except Exception as exc:
+            raise SuiteError(f"cannot reopen MLflow run {run_id} in {resolved}: {exc}") from None
+        return cls(client, run_id, resolved)
+
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 

@@ -149,12 +149,46 @@ class PhysicalTables(nn.Module):
         """Each table's optimizer state tensors (first dim: the table's rows), from
         fbgemm's ``split_optimizer_states`` or the torch optimizer."""
         if self.kernel is not None:
-            return [list(table) for table in self.kernel.split_optimizer_states()]
+            split = list(self.kernel.split_optimizer_states()) or [[] for _ in self.rows]
+            return [list(table) for table in split]
         assert self.bags is not None and self.optimizer is not None
         return [
-            [v for v in self.optimizer.state[bag.weight].values() if torch.is_tensor(v)]
+            [v for v in self.optimizer.state[bag.weight].values() if torch.is_tensor(v) and v.ndim]
             for bag in self.bags
         ]
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """Named views of the real storage: ``<t>.weight [rows_t, dims_t]`` and
+        ``<t>.state<k>`` (the optimizer's state, first dim rows_t where it is per row;
+        fbgemm's ``split_embedding_weights`` / ``split_optimizer_states``), and the fused
+        kernel's step counter ``iter``."""
+        extra: dict[str, torch.Tensor] = {}
+        if self.kernel is not None:
+            split = list(self.kernel.split_optimizer_states()) or [[] for _ in self.rows]
+            optimizer = [{f"state{k}": s for k, s in enumerate(table)} for table in split]
+            if torch.is_tensor(getattr(self.kernel, "iter", None)):
+                extra["iter"] = self.kernel.iter  # the kernel's step counter
+        else:
+            assert self.bags is not None and self.optimizer is not None
+            optimizer = [
+                {k: v for k, v in self.optimizer.state[bag.weight].items() if torch.is_tensor(v)}
+                for bag in self.bags
+            ]
+        state: dict[str, torch.Tensor] = {}
+        for t, (weight, states) in enumerate(zip(self.weights(), optimizer, strict=True)):
+            state[f"{t}.weight"] = weight.detach()
+            state.update({f"{t}.{k}": s for k, s in states.items()})
+        return {**state, **extra}
+
+    @torch.no_grad()
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy :meth:`checkpoint_state`'s tensors back into the real storage."""
+        own = self.checkpoint_state()
+        if set(own) != set(tensors):
+            missing, extra = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
+            raise ValueError(f"embedding tables: missing {missing}, unexpected {extra}")
+        for name, target in own.items():
+            target.copy_(tensors[name])
 
     def weights(self) -> list[torch.Tensor]:
         """Each table's ``[rows_t, dims_t]`` weight (views of the real storage)."""

@@ -6,7 +6,6 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -17,6 +16,7 @@ from suite.config import TrainConfig
 from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
+from suite.engine.checkpoint import Checkpointer, LoopState
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 
@@ -33,6 +33,8 @@ class TrainOutcome:
     checkpoint: str
     checkpoint_step: int
     history: list[dict[str, float]] = field(default_factory=list)
+    checkpoint_seconds: float = 0.0
+    """Wall time spent writing checkpoints (outside ``seconds``)."""
 
     @property
     def samples_per_second(self) -> float:
@@ -117,9 +119,14 @@ def train(
     device: torch.device,
     on_train_metrics: MetricsCallback | None = None,
     on_validation: MetricsCallback | None = None,
+    checkpoints: Checkpointer | None = None,
 ) -> TrainOutcome:
     """Train on ``data``'s train split; validate at each epoch end (and every
     ``eval_every_steps``); leave ``model`` holding the checkpoint the config asks for.
+
+    With ``checkpoints``, the training state is written at its interval and, when it
+    resumes, training continues from its checkpoint exactly where it stopped (same
+    batches, same optimizer and RNG state, same metrics as an uninterrupted run).
 
     ``on_validation(metrics, step)`` may raise to stop training (e.g. an Optuna prune).
     """
@@ -130,54 +137,78 @@ def train(
     val_split = data.split("val")
     log_every = max(1, min(50, total // 20))
 
-    history: list[dict[str, float]] = []
-    best: tuple[float, int, dict[str, Any] | None] = (-float("inf"), 0, None)
-    step = examples = 0
-    loss_sum, loss_count = 0.0, 0
-    seconds = 0.0
+    state = LoopState()
+    if checkpoints:
+        checkpoints.start(model)
+        state = checkpoints.restore(model, dense_opt) or state
+    checkpoint_seconds = 0.0
 
     def validate() -> None:
-        nonlocal best
         metrics = evaluate(model, val_split, cfg.eval_batch_size, device)
-        record = {"step": float(step), **{f"val_{k}": v for k, v in metrics.items()}}
-        history.append(record)
+        record = {"step": float(state.step), **{f"val_{k}": v for k, v in metrics.items()}}
+        state.history.append(record)
         if on_validation:
-            on_validation({f"val_{k}": v for k, v in metrics.items()}, step)
-        if cfg.checkpoint == "best" and metrics["auc"] > best[0]:
-            best = (metrics["auc"], step, copy.deepcopy(model.state_dict()))
+            on_validation({f"val_{k}": v for k, v in metrics.items()}, state.step)
+        if cfg.checkpoint == "best" and metrics["auc"] > state.best_auc:
+            state.best_auc, state.best_step = metrics["auc"], state.step
+            state.best = copy.deepcopy(model.state_dict())
 
     model.train()
-    bar = tqdm(total=total, desc="train", unit="step", disable=not cfg.progress, dynamic_ncols=True)
-    for epoch in range(cfg.epochs):
+    bar = tqdm(total=total, initial=state.step, desc="train", unit="step", disable=not cfg.progress)
+    for epoch in range(state.epoch, cfg.epochs):
+        if epoch != state.epoch:
+            state.epoch, state.batch = epoch, 0
         loader.set_epoch(epoch)
         tick = time.perf_counter()
-        for batch in loader:
-            step += 1
-            loss = train_step(model, batch.to(device), dense_opt, step)
-            examples += len(batch)
-            loss_sum += float(loss.detach())
-            loss_count += 1
+        for batch in loader.batches(state.batch) if state.step < total else ():
+            state.step += 1
+            state.batch += 1
+            if checkpoints:
+                checkpoints.observe(model, batch.sparse)
+            loss = train_step(model, batch.to(device), dense_opt, state.step)
+            state.examples += len(batch)
+            state.loss_sum += float(loss.detach())
+            state.loss_count += 1
             bar.update(1)
-            if step % log_every == 0 or step == total:
-                bar.set_postfix(loss=f"{loss_sum / loss_count:.4f}")
+            if state.step % log_every == 0 or state.step == total:
+                bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}")
                 if on_train_metrics:
-                    on_train_metrics({"train_logloss": loss_sum / loss_count}, step)
-                loss_sum, loss_count = 0.0, 0
-            if cfg.eval_every_steps and step % cfg.eval_every_steps == 0 and step < total:
-                seconds += time.perf_counter() - tick
+                    on_train_metrics(
+                        {"train_logloss": state.loss_sum / state.loss_count}, state.step
+                    )
+                state.loss_sum, state.loss_count = 0.0, 0
+            if (
+                cfg.eval_every_steps
+                and state.step % cfg.eval_every_steps == 0
+                and state.step < total
+            ):
+                state.seconds += time.perf_counter() - tick
                 validate()
                 tick = time.perf_counter()
-            if step >= total:
+            if checkpoints and checkpoints.due(state.step):
+                state.seconds += time.perf_counter() - tick
+                checkpoints.save(model, dense_opt, state)
+                checkpoint_seconds += checkpoints.written[-1].seconds
+                tick = time.perf_counter()
+            if state.step >= total:
                 break
-        seconds += time.perf_counter() - tick
-        if not history or history[-1]["step"] != step:
+        state.seconds += time.perf_counter() - tick
+        if not state.history or state.history[-1]["step"] != state.step:
             validate()
-        if step >= total:
+        if state.step >= total:
             break
     bar.close()
 
-    checkpoint_step = step
-    if cfg.checkpoint == "best" and best[2] is not None:
-        model.load_state_dict(best[2])
-        checkpoint_step = best[1]
-    return TrainOutcome(step, examples, seconds, cfg.checkpoint, checkpoint_step, history)
+    checkpoint_step = state.step
+    if cfg.checkpoint == "best" and state.best is not None:
+        model.load_state_dict(state.best)
+        checkpoint_step = state.best_step
+    return TrainOutcome(
+        state.step,
+        state.examples,
+        state.seconds,
+        cfg.checkpoint,
+        checkpoint_step,
+        state.history,
+        checkpoint_seconds,
+    )

@@ -13,6 +13,7 @@ from suite.config import RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
+from suite.engine.checkpoint import remove_checkpoints, run_checkpoints
 from suite.environment import environment
 from suite.results import TaskResult, now_iso
 from suite.tasks.base import RunContext, Task
@@ -62,19 +63,26 @@ def execute(
     parent_run_id: str | None = None,
     extra_tags: dict[str, str] | None = None,
     on_validation: Callable[[dict[str, float], int], None] | None = None,
+    resume: bool = False,
 ) -> TaskResult:
     """Run ``config``'s task and record it.
 
     Everything that can fail on user input (device, dataset preparation) is checked
     before the MLflow run is created; a failure after that marks the run FAILED.
+    ``resume``: continue a killed run from its last checkpoint, in its MLflow run.
     """
     started = time.perf_counter()
     device, data, task = preflight(config)
     seed_everything(config.seed, config.train.threads)
     env = environment(config.device)
+    checkpoints = run_checkpoints(config, data.fingerprint, resume)
 
     tracker: Tracker | None = None
-    if config.tracking.enabled:
+    if checkpoints and resume and config.tracking.enabled:
+        run_id = checkpoints.identity.get("mlflow_run_id")
+        if run_id:
+            tracker = Tracker.resume(config.tracking.uri, run_id)
+    if config.tracking.enabled and tracker is None:
         tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
         name = (
             config.tracking.run_name
@@ -83,8 +91,10 @@ def execute(
         tracker = Tracker.start(
             config.tracking.uri, config.tracking.experiment, name, tags, parent_run_id
         )
+    if checkpoints and tracker:
+        checkpoints.identity["mlflow_run_id"] = tracker.run_id
     try:
-        if tracker:
+        if tracker and not resume:
             tracker.log_params(flatten(config.identity()))
             tracker.log_text(config.to_yaml(), "config.yaml")
 
@@ -97,7 +107,7 @@ def execute(
             if on_validation:
                 on_validation(metrics, step)
 
-        ctx = RunContext(config, data, device, log_metrics, validation)
+        ctx = RunContext(config, data, device, log_metrics, validation, checkpoints)
         output = task.run(ctx)
         result = TaskResult(
             task=config.task.name,
@@ -126,10 +136,14 @@ def execute(
             tracker.log_text(result.model_dump_json(indent=2), "result.json")
             tracker.log_text(_json(env), "environment.json")
             tracker.finish()
+        if checkpoints:
+            remove_checkpoints(checkpoints)
         return result
     except BaseException:
         if tracker:
             tracker.fail()
+        if checkpoints:
+            checkpoints.close()
         raise
 
 
