@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from suite.errors import ConfigError
 from suite.registry import DATASETS, EMBEDDINGS, MODELS, TASKS, Registry
@@ -145,14 +152,12 @@ class TrainConfig(Frozen):
     )
     checkpoint_dir: str = Field("checkpoints", description="where a run's checkpoints live")
 
-    @model_validator(mode="after")
-    def _checkpoint_every(self) -> TrainConfig:
-        value = self.checkpoint_every
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _checkpoint_every(cls, value: int | str | None) -> int | str | None:
         if value is not None and not re.fullmatch(r"[1-9]\d*|\d+(\.\d+)?[smh]", str(value).strip()):
-            raise ValueError(
-                f"checkpoint_every: expected steps (e.g. 500) or a time (30s, 5m, 1h), got {value!r}"
-            )
-        return self
+            raise ValueError(f"expected steps (e.g. 500) or a time (30s, 5m, 1h), got {value!r}")
+        return value
 
 
 class TrackingConfig(Frozen):

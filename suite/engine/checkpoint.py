@@ -437,6 +437,9 @@ class Checkpointer:
         self._last_increment_bytes = 0
         self._best_written: int | None = None
         self._chain_base = 0
+        self.restore_seconds: float | None = None
+        """Wall time of the last :meth:`restore` (read, verify, apply)."""
+        self.restored_step = 0
         self._lock()
 
     # -- lifetime
@@ -563,6 +566,7 @@ class Checkpointer:
         and ``dense_opt``, set every RNG, and return the loop state; else ``None``."""
         if self.resume is False:
             return None
+        started = time.perf_counter()
         seq = self._latest_seq() if self.resume is True else int(self.resume)
         if seq <= 0:
             raise CheckpointError(f"no checkpoint to resume from in {self.root}")
@@ -597,6 +601,8 @@ class Checkpointer:
         self._last_step = loop.step
         self._last_time = time.monotonic()
         self._chain_full_bytes = None  # the next checkpoint after a resume is a full one
+        self.restore_seconds = time.perf_counter() - started
+        self.restored_step = loop.step
         return loop
 
     def has_checkpoints(self) -> bool:
@@ -611,6 +617,10 @@ class Checkpointer:
         path = self.root / f"ckpt-{seq:06d}" / MANIFEST
         manifest = self._manifest(path.parent)
         self._check_identity(manifest, path)
+        for s in range(int(manifest.get("base", seq)), seq + 1):  # every file, before any work
+            self._verified(self.root / f"ckpt-{s:06d}")
+        if manifest.get("best"):
+            self._verified(self.root / manifest["best"])
         return dict(manifest["identity"])
 
     def _check_identity(self, manifest: dict[str, Any], path: Path) -> None:

@@ -119,14 +119,15 @@ def train(
     device: torch.device,
     on_train_metrics: MetricsCallback | None = None,
     on_validation: MetricsCallback | None = None,
-    checkpoints: Checkpointer | None = None,
+    checkpoints: Checkpointer | list[Checkpointer] | None = None,
 ) -> TrainOutcome:
     """Train on ``data``'s train split; validate at each epoch end (and every
     ``eval_every_steps``); leave ``model`` holding the checkpoint the config asks for.
 
-    With ``checkpoints``, the training state is written at its interval and, when it
-    resumes, training continues from its checkpoint exactly where it stopped (same
-    batches, same optimizer and RNG state, same metrics as an uninterrupted run).
+    With ``checkpoints``, the training state is written at their intervals and, when the
+    first one resumes, training continues from its checkpoint exactly where it stopped
+    (same batches, same optimizer and RNG state, same metrics as an uninterrupted run).
+    Several checkpointers write side by side (the ``checkpoint`` task compares kinds).
 
     ``on_validation(metrics, step)`` may raise to stop training (e.g. an Optuna prune).
     """
@@ -137,10 +138,10 @@ def train(
     val_split = data.split("val")
     log_every = max(1, min(50, total // 20))
 
-    state = LoopState()
-    if checkpoints:
-        checkpoints.start(model)
-        state = checkpoints.restore(model, dense_opt) or state
+    writers = [checkpoints] if isinstance(checkpoints, Checkpointer) else list(checkpoints or [])
+    for writer in writers:
+        writer.start(model)
+    state = (writers[0].restore(model, dense_opt) if writers else None) or LoopState()
     checkpoint_seconds = 0.0
 
     def validate() -> None:
@@ -154,7 +155,14 @@ def train(
             state.best = copy.deepcopy(model.state_dict())
 
     model.train()
-    bar = tqdm(total=total, initial=state.step, desc="train", unit="step", disable=not cfg.progress)
+    bar = tqdm(
+        total=total,
+        initial=state.step,
+        desc="train",
+        unit="step",
+        disable=not cfg.progress,
+        dynamic_ncols=True,
+    )
     for epoch in range(state.epoch, cfg.epochs):
         if epoch != state.epoch:
             state.epoch, state.batch = epoch, 0
@@ -163,9 +171,10 @@ def train(
         for batch in loader.batches(state.batch) if state.step < total else ():
             state.step += 1
             state.batch += 1
-            if checkpoints:
-                checkpoints.observe(model, batch.sparse)
-            loss = train_step(model, batch.to(device), dense_opt, state.step)
+            batch = batch.to(device)
+            for writer in writers:
+                writer.observe(model, batch.sparse)
+            loss = train_step(model, batch, dense_opt, state.step)
             state.examples += len(batch)
             state.loss_sum += float(loss.detach())
             state.loss_count += 1
@@ -185,10 +194,10 @@ def train(
                 state.seconds += time.perf_counter() - tick
                 validate()
                 tick = time.perf_counter()
-            if checkpoints and checkpoints.due(state.step):
+            due = [writer for writer in writers if writer.due(state.step)]
+            if due:
                 state.seconds += time.perf_counter() - tick
-                checkpoints.save(model, dense_opt, state)
-                checkpoint_seconds += checkpoints.written[-1].seconds
+                checkpoint_seconds += sum(w.save(model, dense_opt, state).seconds for w in due)
                 tick = time.perf_counter()
             if state.step >= total:
                 break
