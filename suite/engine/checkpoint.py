@@ -60,6 +60,7 @@ import numpy as np
 import torch
 
 from suite.config import RunConfig
+from suite.embeddings.base import supports_checkpoints
 from suite.errors import SuiteError
 from suite.models.base import RecModel
 
@@ -68,6 +69,9 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 CHECKPOINT_RE = re.compile(r"^ckpt-(\d{6})$")
 BITS = (32, 8, 4, 2)
+DEFAULT_EVERY = "1m"
+"""The interval we recommend (``--set train.checkpoint_every=1m``); the benchmark measures
+the checkpoint path's share of training time at it."""
 
 
 class CheckpointError(SuiteError):
@@ -362,6 +366,11 @@ def run_checkpoints(config: RunConfig, data_fingerprint: str, resume: bool) -> C
     checkpoints."""
     if config.train.checkpoint_every is None and not resume:
         return None
+    if not supports_checkpoints(config.embedding.registry.get(config.embedding.name)):
+        raise CheckpointError(
+            f"embedding method {config.embedding.name} cannot be checkpointed yet (its storage "
+            "does not implement checkpoint_state()): drop train.checkpoint_every / --resume"
+        )
     root = Path(config.train.checkpoint_dir) / config.config_hash()
     identity = {"config_hash": config.config_hash(), "data_fingerprint": data_fingerprint}
     checkpoints = Checkpointer(

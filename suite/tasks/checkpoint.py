@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from suite.config import RunConfig
+from suite.embeddings.base import supports_checkpoints
 from suite.engine.checkpoint import (
     Checkpointer,
     CheckpointInfo,
@@ -44,6 +46,7 @@ from suite.engine.checkpoint import (
     adaptive_bits,
 )
 from suite.engine.train import evaluate, train
+from suite.errors import ConfigError
 from suite.registry import TASKS
 from suite.tasks.base import RunContext, Task, TaskOutput
 
@@ -75,6 +78,14 @@ class CheckpointOptions(BaseModel):
     auc_tolerance: float = Field(0.001, gt=0, description="AUC cost the adaptive choice accepts")
     plot: bool = Field(True, description="draw results/checkpoint/<dataset>-<confighash>-*.png")
 
+    @field_validator("bits", "combined_bits")
+    @classmethod
+    def _bit_widths(cls, value: list[int]) -> list[int]:
+        bad = [b for b in value if b not in (8, 4, 2)]
+        if bad or len(set(value)) != len(value):
+            raise ValueError(f"expected distinct bit widths among 8, 4, 2, got {value}")
+        return value
+
 
 def kinds(options: CheckpointOptions) -> dict[str, CheckpointPolicy]:
     """Kind name -> its checkpoint policy (all kept, for the restores)."""
@@ -98,6 +109,13 @@ class CheckpointTask(Task):
     quantized checkpoints (Check-N-Run)."""
 
     Options = CheckpointOptions
+
+    def check(self, config: RunConfig) -> None:
+        if not supports_checkpoints(config.embedding.registry.get(config.embedding.name)):
+            raise ConfigError(
+                f"embedding.name: {config.embedding.name} cannot be checkpointed yet "
+                "(its storage does not implement checkpoint_state())"
+            )
 
     def run(self, ctx: RunContext) -> TaskOutput:
         options: CheckpointOptions = ctx.config.task.typed_options()
