@@ -71,6 +71,7 @@ def _checkpoint_steps(root: Path) -> list[int]:
     return steps
 
 
+@pytest.mark.slow  # three CLI processes train two epochs each
 def test_sigkill_then_resume_is_bit_identical_in_one_mlflow_run(tmp_path: Path) -> None:
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "killed"
     ref_dir.mkdir(), run_dir.mkdir()
