@@ -507,11 +507,10 @@ class Checkpointer:
         model: RecModel,
         dense_opt: torch.optim.Optimizer | None,
         loop: LoopState,
-        bits: int | None = None,
     ) -> CheckpointInfo:
         """Write one checkpoint of the training state now (atomically)."""
         started = time.perf_counter()
-        bits = self.policy.bits if bits is None else bits
+        bits = self.policy.bits
         kind = self._next_kind()
         seq = self._latest_seq() + 1
         embedding = {f"embedding.{k}": v for k, v in model.embedding.checkpoint_state().items()}
@@ -549,7 +548,9 @@ class Checkpointer:
         if kind == "full":
             self._chain_base = seq
         nbytes = _dir_bytes(path)
-        emb_bytes = sum(_tensor_bytes(v) for k, v in tensors.items() if k.startswith("embedding."))
+        emb_bytes = sum(
+            _tensor_bytes(v) for k, v in tensors.items() if k.startswith(("embedding.", "rows."))
+        )
         self._account(kind, nbytes)
         if self.tracker is not None:
             self.tracker.reset()
@@ -821,7 +822,7 @@ def _rows_only(
         if group is not None and tensor.ndim >= 1 and tensor.shape[0] == groups[group]:
             rows = modified[group]
             out[name] = tensor.detach()[rows.to(tensor.device)].cpu()
-            out[f"rows.{group}"] = rows
+            out[f"rows.{group}"] = rows.to(torch.int32 if groups[group] < 2**31 else torch.int64)
         else:
             out[name] = tensor
     return out
@@ -864,7 +865,7 @@ def _merge_chain(
             group = _row_group(name, groups)
             rows = tensors.get(f"rows.{group}") if group is not None else None
             if manifest["kind"] == "incremental" and rows is not None and name in merged:
-                merged[name][rows] = value.to(merged[name].dtype)
+                merged[name][rows.long()] = value.to(merged[name].dtype)
             else:
                 merged[name] = value.clone()
     return merged
