@@ -116,7 +116,7 @@ class CheckpointPolicy:
 
     incremental: bool = False
     bits: int = 32
-    restore_budget: float = 1.0
+    restore_budget: float = 3.0
     """Increments since the last full checkpoint read on restore, at most this times a full
     checkpoint's bytes (so a restore reads at most ``1 + restore_budget`` full checkpoints)."""
     max_increments: int | None = None

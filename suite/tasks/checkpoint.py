@@ -66,7 +66,7 @@ class CheckpointOptions(BaseModel):
         default_factory=lambda: [4], description="incremental + quantized kinds' bit widths"
     )
     restore_budget: float = Field(
-        1.0, gt=0, description="incremental chain read on restore <= this x a full checkpoint"
+        3.0, gt=0, description="incremental chain read on restore <= this x a full checkpoint"
     )
     restore_at: float = Field(
         0.5, gt=0, lt=1, description="restore from the checkpoint nearest this fraction of training"
