@@ -29,9 +29,9 @@ Check-N-Run, as here:
   state) and the small dense state whole. Restore reads the last full checkpoint and
   applies its increments in order. A new full checkpoint is taken when the increments
   since the last full one would make a restore read more than ``restore_budget`` times
-  a full checkpoint's bytes (predicting the next increment by the last one, as the
-  paper's history-based predictor does), which bounds restore cost; ``max_increments``
-  caps the chain too.
+  a full checkpoint's bytes (the next increment predicted by the last one: our simple
+  stand-in for the paper's history-based choice of when to take a new baseline), which
+  bounds restore cost; ``max_increments`` caps the chain too.
 - **Quantized**: embedding weights are written row-wise uniform asymmetric at 8, 4 or 2
   bits (per row a float16 scale and minimum; codes packed into bytes); optimizer state
   and dense layers stay exact. :func:`adaptive_bits` picks the bit width from the
