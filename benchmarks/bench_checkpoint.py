@@ -79,7 +79,8 @@ def main() -> None:
 
     # 1. the checkpoint path's share of one run at the default interval
     steps = max(50, int(args.seconds / step_seconds))
-    run_cfg = config.train.model_copy(update={"max_steps": steps})
+    per_epoch = len(BatchLoader(data.split("train"), config.train.batch_size))
+    run_cfg = config.train.model_copy(update={"max_steps": steps, "epochs": -(-steps // per_epoch)})
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as tmp:
         model = build_model(config, data)
         with Checkpointer(Path(tmp) / "run", identity, Interval.parse(args.every)) as writer:
