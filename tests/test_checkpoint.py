@@ -228,3 +228,15 @@ def test_adaptive_bits_follow_the_expected_restores() -> None:
     assert adaptive_bits(5, cost) == 4
     assert adaptive_bits(50, cost) == 8
     assert adaptive_bits(500, cost) == 32
+
+
+def test_time_interval_checkpoints_by_wall_clock(tmp_path: Path) -> None:
+    config = tiny_config(overrides=["train.max_steps=8"])
+    data = get_prepared(config.dataset, progress=False)
+    model = build_model(config, data)
+    with Checkpointer(tmp_path / "t", {}, Interval(seconds=1e-9)) as c:
+        train(model, data, config.train, config.seed, CPU, checkpoints=c)
+    assert [w.step for w in c.written] == list(range(1, 9))  # due after every step
+    with Checkpointer(tmp_path / "u", {}, Interval.parse("1h")) as c:
+        train(build_model(config, data), data, config.train, config.seed, CPU, checkpoints=c)
+    assert c.written == []
