@@ -162,3 +162,53 @@ def test_corrupt_checkpoint_is_refused_with_one_line(
     assert lines[0].startswith("error: ") and str(target.relative_to(tmp_path)) in lines[0]
     expected = {"flip": "corrupt", "truncate": "truncated", "manifest": "not a recsuite"}[damage]
     assert expected in lines[0]
+
+
+class Killed(Exception):
+    """Stands for the process dying mid-run (in process: the fast variant of the test above)."""
+
+
+def test_suite_resume_continues_a_failed_run_in_its_mlflow_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from suite.cli import main
+    from suite.runs.single import execute
+    from tests.conftest import tiny_config, tracking_uri
+
+    uri = tracking_uri(tmp_path)
+    config = tiny_config(
+        tracking=True,
+        overrides=[
+            "train.epochs=2",
+            "train.eval_every_steps=10",
+            "train.checkpoint_every=7",
+            f"tracking.uri={uri}",
+        ],
+    )
+    reference = execute(
+        config.with_overrides({"tracking.enabled": False, "train.checkpoint_every": None})
+    )
+
+    def die(metrics: dict[str, float], step: int) -> None:
+        if step >= 40:
+            raise Killed
+
+    with pytest.raises(Killed):
+        execute(config, on_validation=die)
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FAILED"
+
+    out = tmp_path / "resumed.json"
+    assert main(["resume", run.info.run_id, "--tracking-uri", uri, "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["mlflow_run_id"] == run.info.run_id
+    for name, value in reference.metrics.items():
+        if name not in TIMING:
+            assert got["metrics"][name] == value, name
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert not list(tmp_path.glob("checkpoints/*/ckpt-*")), "a finished run keeps no checkpoints"
+    capsys.readouterr()
+    assert main(["resume", run.info.run_id, "--tracking-uri", uri]) == 2
+    assert "no checkpoint to resume from" in capsys.readouterr().err
