@@ -34,7 +34,7 @@ from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import build_model, seed_everything
-from suite.engine.train import make_optimizers
+from suite.engine.train import make_dense_optimizer
 from suite.environment import environment
 from suite.registry import EMBEDDINGS, MODELS
 from suite.tasks.throughput import Window, measure_loader, measure_training, timed_window
@@ -151,11 +151,9 @@ def measure_suite(
 ) -> Window:
     """Samples/s of the suite's real training loop (BatchLoader + train_step)."""
     model = build_model(config, data)
-    dense_opt, sparse_opt = make_optimizers(model, config.train)
+    dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
     loader = BatchLoader(data.split("train"), batch_size, shuffle=True, seed=config.seed)
-    window, _ = measure_training(
-        model, loader, dense_opt, sparse_opt, torch.device("cpu"), warmup, steps, None
-    )
+    window, _ = measure_training(model, loader, dense_opt, torch.device("cpu"), warmup, steps, None)
     return window
 
 

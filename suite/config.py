@@ -11,11 +11,19 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from suite.errors import ConfigError
 from suite.presets import resolve_config_file
@@ -157,6 +165,17 @@ class TrainConfig(Frozen):
     shuffle: bool = True
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's")
     progress: bool = True
+    checkpoint_every: int | str | None = Field(
+        None, description="write a checkpoint every N steps, or every 30s / 5m / 1h of training"
+    )
+    checkpoint_dir: str = Field("checkpoints", description="where a run's checkpoints live")
+
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _checkpoint_every(cls, value: int | str | None) -> int | str | None:
+        if value is not None and not re.fullmatch(r"[1-9]\d*|\d+(\.\d+)?[smh]", str(value).strip()):
+            raise ValueError(f"expected steps (e.g. 500) or a time (30s, 5m, 1h), got {value!r}")
+        return value
 
 
 class CommConfig(Frozen):
@@ -202,7 +221,8 @@ class RunConfig(Frozen):
         data = self.model_dump(mode="json", exclude={"tracking": True})
         for key in ("raw", "cache_dir"):
             data["dataset"].pop(key, None)
-        data["train"].pop("progress", None)
+        for key in ("progress", "checkpoint_every", "checkpoint_dir"):  # same result either way
+            data["train"].pop(key, None)
         if self.comm == CommConfig():  # no codec: hashes stay those of runs before codecs
             data.pop("comm", None)
         return data

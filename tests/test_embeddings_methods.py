@@ -9,7 +9,6 @@ import random
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from suite.data.loader import BatchLoader
 from suite.data.source import get_prepared
@@ -25,9 +24,9 @@ from suite.embeddings.mixed_dim import (
     rows_per_query,
 )
 from suite.embeddings.qr import QREmbedding, QROptions
-from suite.embeddings.tables import RowwiseAdagrad, make_sparse_optimizer
+from suite.embeddings.tables import RowwiseAdagrad
 from suite.engine.build import build_model
-from suite.engine.train import make_dense_optimizer
+from suite.engine.train import make_dense_optimizer, train_step
 from suite.errors import ConfigError
 from suite.registry import EMBEDDINGS, MODELS
 from tests.conftest import tiny_config
@@ -89,23 +88,10 @@ def test_shape_and_gradient_flow(tiny_data, model_name: str, method: str, backen
     model.train()
     # one step exactly as suite.engine.train does it
     dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
-    sparse_params = model.embedding.sparse_parameters()
-    sparse_opt = (
-        make_sparse_optimizer(sparse_params, config.train.sparse_optimizer, config.train.sparse_lr)
-        if sparse_params
-        else None
-    )
-    logits = model(batch.dense, batch.sparse)
-    assert logits.shape == (len(batch),)
-    loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.label)
-    loss.backward()
+    loss = train_step(model, batch, dense_opt, 1)
+    assert torch.isfinite(loss)
     for p in model.dense_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all()
-    if dense_opt:
-        dense_opt.step()
-    if sparse_opt:
-        sparse_opt.step()
-    model.embedding.after_step(1)
     model.eval()
     with torch.no_grad():
         after = model.embedding(batch.sparse)
@@ -126,14 +112,12 @@ def test_memory_equals_storage_tensors(tiny_data, method: str, backend: str) -> 
     assert set(tensors) == {"parameters", "auxiliary", "optimizer"}
     assert memory.parameters == sum(t.nbytes for t in tensors["parameters"]) > 0
     assert memory.auxiliary == sum(t.nbytes for t in tensors["auxiliary"])
+    # the embedding owns its sparse optimizer (fused kernel or torch), state included
+    assert memory.optimizer == sum(t.nbytes for t in tensors["optimizer"]) > 0
     if emb.sparse_parameters():
-        # tables off the kernel: their state lives in the torch optimizer the engine makes
-        optimizer = make_sparse_optimizer(emb.sparse_parameters(), "rowwise_adagrad", 0.05)
-        assert isinstance(optimizer, RowwiseAdagrad)
-        kernel_state = sum(t.nbytes for t in tensors["optimizer"])
-        assert memory.optimizer == kernel_state + optimizer.state_bytes()
-    else:
-        assert memory.optimizer == sum(t.nbytes for t in tensors["optimizer"]) > 0
+        # tables off the kernel: the tables' own torch optimizer holds their share
+        assert isinstance(emb.tables.optimizer, RowwiseAdagrad)
+        assert 0 < emb.tables.optimizer.state_bytes() <= memory.optimizer
     if isinstance(emb, ComposedEmbedding):  # no storage counted twice, none missed
         full_floats = sum(w.numel() for w in emb.tables.weights())
         assert sum(t.numel() for t in tensors["parameters"]) >= full_floats

@@ -13,7 +13,7 @@ from suite.cli import main
 from suite.data.loader import BatchLoader
 from suite.data.source import get_prepared
 from suite.engine.build import build_model
-from suite.engine.train import make_optimizers, train_step
+from suite.engine.train import make_dense_optimizer, train_step
 from suite.registry import EMBEDDINGS, MODELS
 from suite.runs.single import execute
 from suite.tasks.memory import optimizer_state_tensors, peak_memory, tensor_bytes
@@ -97,8 +97,8 @@ def test_memory_runs_for_every_model_and_embedding(
 @pytest.mark.parametrize("backend", ["fbgemm", "torch"])
 @pytest.mark.parametrize("embedding", EMBEDDINGS.names())
 def test_analytic_bytes_equal_real_tensors(embedding: str, backend: str) -> None:
-    """``memory()`` equals the summed nbytes of ``storage_tensors()`` (plus, for tables
-    with sparse gradients, the torch sparse optimizer's state), and the task reports it."""
+    """``memory()`` equals the summed nbytes of ``storage_tensors()`` (optimizer state
+    included: the embedding owns its sparse optimizer), and the task reports it."""
     overrides = []
     if backend != "fbgemm":
         if not _has_backend(embedding):
@@ -108,16 +108,15 @@ def test_analytic_bytes_equal_real_tensors(embedding: str, backend: str) -> None
     config = tiny_config(embedding=embedding, task="memory", overrides=overrides)
     data = get_prepared(config.dataset, progress=False)
     model = build_model(config, data)
-    dense_opt, sparse_opt = make_optimizers(model, config.train)
+    dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
     batch = next(iter(BatchLoader(data.split("train"), 64)))
-    train_step(model, batch, dense_opt, sparse_opt)
+    train_step(model, batch, dense_opt, 1)
 
     analytic = model.embedding.memory()
     storage = model.embedding.storage_tensors()
     assert analytic.parameters == sum(t.nbytes for t in storage["parameters"])
     assert analytic.auxiliary == sum(t.nbytes for t in storage.get("auxiliary", []))
-    optimizer_tensors = [*storage.get("optimizer", []), *optimizer_state_tensors(sparse_opt)]
-    assert analytic.optimizer == sum(t.nbytes for t in optimizer_tensors)
+    assert analytic.optimizer == sum(t.nbytes for t in storage["optimizer"])
 
     result = execute(config)
     assert result.metrics["embedding_parameter_bytes"] == analytic.parameters

@@ -10,8 +10,6 @@ from suite.embeddings.tables import PhysicalTables
 
 @pytest.mark.parametrize("optimizer", ["rowwise_adagrad", "adagrad", "sgd"])
 def test_fbgemm_and_torch_backends_match_forward_and_update(optimizer: str) -> None:
-    from suite.embeddings.tables import make_sparse_optimizer
-
     rows, dims = [50, 7, 300], [8, 4, 8]
     fb = PhysicalTables(
         rows, dims, backend="fbgemm", optimizer=optimizer, learning_rate=0.1, seed=3
@@ -19,7 +17,6 @@ def test_fbgemm_and_torch_backends_match_forward_and_update(optimizer: str) -> N
     nn_tables = PhysicalTables(
         rows, dims, backend="torch", optimizer=optimizer, learning_rate=0.1, seed=3
     )
-    opt = make_sparse_optimizer(nn_tables.sparse_parameters(), optimizer, 0.1)
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         ids = torch.stack([torch.randint(0, n, (16,), generator=gen) for n in rows], dim=1)
@@ -28,9 +25,8 @@ def test_fbgemm_and_torch_backends_match_forward_and_update(optimizer: str) -> N
         assert out_fb.shape == (16, sum(dims))
         torch.testing.assert_close(out_fb, out_nn)
         ((out_fb - target) ** 2).sum().backward()
-        opt.zero_grad()
         ((out_nn - target) ** 2).sum().backward()
-        opt.step()
+        nn_tables.step()  # the tables own their sparse optimizer
     for a, b in zip(fb.weights(), nn_tables.weights(), strict=True):
         torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=1e-5)
 
@@ -55,36 +51,57 @@ def test_memory_matches_real_storage() -> None:
 def test_dims_the_kernel_cannot_take_run_on_torch_with_the_same_update() -> None:
     """fbgemm backend with dims 2 and 1: those tables are torch bags, never widened, and
     the whole set trains exactly like the all-torch tables (fused rowwise Adagrad on the
-    kernel's tables, :class:`RowwiseAdagrad` on the bags)."""
-    from suite.embeddings.tables import make_sparse_optimizer
-
+    kernel's tables, :class:`RowwiseAdagrad` on the bags, both owned by the tables)."""
     rows, dims = [50, 7, 300, 40], [2, 8, 1, 4]
     mixed = PhysicalTables(rows, dims, backend="fbgemm", learning_rate=0.1, seed=3)
     plain = PhysicalTables(rows, dims, backend="torch", learning_rate=0.1, seed=3)
     assert mixed.table_backends() == ["torch", "fbgemm", "torch", "fbgemm"]
     assert [tuple(w.shape) for w in mixed.weights()] == list(zip(rows, dims, strict=True))
-    opts = [
-        make_sparse_optimizer(t.sparse_parameters(), "rowwise_adagrad", 0.1) for t in (mixed, plain)
-    ]
     assert len(mixed.sparse_parameters()) == 2
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         ids = torch.stack([torch.randint(0, n, (16,), generator=gen) for n in rows], dim=1)
         target = torch.randn(16, sum(dims), generator=gen)
-        for tables, opt in zip((mixed, plain), opts, strict=True):
+        for tables in (mixed, plain):
             out = tables(ids)
             assert out.shape == (16, sum(dims))
-            opt.zero_grad()
             ((out - target) ** 2).sum().backward()
-            opt.step()
+            tables.step()
         torch.testing.assert_close(mixed(ids), plain(ids), rtol=1e-4, atol=1e-5)
     for a, b in zip(mixed.weights(), plain.weights(), strict=True):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-4, atol=1e-5)
-    # the optimizer state is split between the kernel and the torch optimizer, none lost
-    kernel_state = sum(t.nbytes for t in mixed.storage_tensors()["optimizer"])
-    assert kernel_state == 4 * (7 + 40)
-    assert kernel_state + opts[0].state_bytes() == mixed.optimizer_bytes() == 4 * sum(rows)
-    assert mixed.unfused_optimizer_bytes() == opts[0].state_bytes()
+    # the optimizer state lives in the kernel and in the tables' torch optimizer, none lost
+    state = sum(t.nbytes for t in mixed.storage_tensors()["optimizer"])
+    assert state == mixed.optimizer_bytes() == 4 * sum(rows)
+
+
+def test_mixed_tables_checkpoint_per_table_and_restore_exactly() -> None:
+    """Kernel tables and stacked torch tables in one set: the checkpoint names each table's
+    weight and per-row optimizer state with the table's own rows, and loading it back
+    restores training exactly."""
+    rows, dims = [50, 7, 300, 40], [2, 8, 1, 4]
+    tables = PhysicalTables(rows, dims, backend="fbgemm", learning_rate=0.1, seed=5)
+    gen = torch.Generator().manual_seed(1)
+
+    def train_step() -> None:
+        ids = torch.stack([torch.randint(0, n, (16,), generator=gen) for n in rows], dim=1)
+        (tables(ids) ** 2).sum().backward()
+        tables.step()
+
+    train_step()
+    saved = {k: v.clone() for k, v in tables.checkpoint_state().items()}
+    for t, n in enumerate(rows):
+        assert saved[f"{t}.weight"].shape == (n, dims[t])
+        per_row = [v for k, v in saved.items() if k.startswith(f"{t}.") and k != f"{t}.weight"]
+        assert per_row and all(v.shape[0] == n for v in per_row)
+    gen_state = gen.get_state()
+    train_step()
+    after = {k: v.clone() for k, v in tables.checkpoint_state().items()}
+    tables.load_checkpoint_state(saved)
+    gen.set_state(gen_state)
+    train_step()
+    for name, value in tables.checkpoint_state().items():
+        torch.testing.assert_close(value, after[name], rtol=0, atol=0)
 
 
 def test_init_bounds_are_per_table_and_default_to_the_reference() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from suite.commands.common import ConfigDefaultsFormatter, add_run_arguments, config_from_args
+from suite.errors import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,6 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", metavar="RESULT.json", help="also write the result JSON here")
     parser.add_argument(
         "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a killed run of this config from its last checkpoint "
+        "(train.checkpoint_every), in the same MLflow run",
     )
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument(
@@ -42,6 +49,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"# config hash: {config.config_hash()}")
         return 0
     if args.seeds is not None or args.repeats is not None:
+        if args.resume:
+            raise ConfigError("--resume continues one run: drop --seeds / --repeats")
         from suite.runs.multiseed import execute_seeds, parse_seeds, seeds_from
 
         explicit = parse_seeds(args.seeds) if args.seeds is not None else None
@@ -50,7 +59,7 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     from suite.runs.single import execute
 
-    result = execute(config, out=args.out)
+    result = execute(config, out=args.out, resume=args.resume)
     print_result(result)
     return 0
 

@@ -41,11 +41,15 @@ class BatchLoader:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Batch]:
+        return self.batches()
+
+    def batches(self, first: int = 0) -> Iterator[Batch]:
+        """This epoch's batches from batch number ``first`` on (a resumed run's position)."""
         n = len(self.split)
         order = (
             np.random.default_rng([self.seed, self.epoch]).permutation(n) if self.shuffle else None
         )
-        for b in range(len(self)):
+        for b in range(first, len(self)):
             start, stop = b * self.batch_size, min((b + 1) * self.batch_size, n)
             rows = np.sort(order[start:stop]) if order is not None else slice(start, stop)
             yield Batch(

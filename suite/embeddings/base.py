@@ -24,6 +24,7 @@ from suite.embeddings.tables import (
     PhysicalTables,
     SparseOptimizer,
 )
+from suite.errors import SuiteError
 
 Init = Literal["reference", "torch"]
 """``reference``: as the method's (or backbone's) reference code initialises it;
@@ -102,7 +103,9 @@ class EmbeddingMethod(nn.Module):
         return []
 
     def after_step(self, step: int) -> None:
-        """Hook called after every optimizer step (e.g. to prune)."""
+        """The method's own sparse update, after ``backward`` (it owns its sparse
+        optimizer, as torchrec's fused tables do), then its per-step hooks (e.g. to prune).
+        ``step`` counts from 1. :func:`suite.engine.train.train_step` calls it."""
 
     def compression_steps(self) -> int:
         """Training steps after which the method holds its compressed size (0: from the
@@ -120,6 +123,39 @@ class EmbeddingMethod(nn.Module):
     def layout(self) -> dict[str, Any]:
         """How the method stores its features (JSON-able), for run results."""
         return {}
+
+    # Checkpoints (suite.engine.checkpoint) go through these four methods, so a method
+    # that owns its storage decides how it is saved.
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """The method's whole training state as named tensors (weights, optimizer state,
+        index maps): what a checkpoint writes and :meth:`load_checkpoint_state` takes back.
+        Tensors named ``<group>.<what>`` for a group of :meth:`checkpoint_row_groups` are
+        indexed by that group's rows on dim 0 (incremental checkpoints write only the rows
+        modified since the last one)."""
+        raise SuiteError(
+            f"embedding method {type(self).__name__} cannot be checkpointed yet: it does not "
+            "implement checkpoint_state() (drop train.checkpoint_every for it)"
+        )
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`checkpoint_state` returned (same names and shapes)."""
+        raise SuiteError(f"embedding method {type(self).__name__} cannot load checkpoints yet")
+
+    def checkpoint_row_groups(self) -> dict[str, int]:
+        """Row-indexed groups of :meth:`checkpoint_state`: name -> rows, in the column
+        order of :meth:`checkpoint_row_ids`."""
+        return {}
+
+    def checkpoint_row_ids(self, sparse: torch.Tensor) -> torch.Tensor:
+        """``sparse [B, F] -> [B, G]``: the row of each group a step reads (and so may
+        modify), for incremental checkpoints."""
+        return sparse.new_zeros(sparse.shape[0], 0)
+
+
+def supports_checkpoints(method: type[EmbeddingMethod]) -> bool:
+    """Whether ``method`` implements :meth:`EmbeddingMethod.checkpoint_state`."""
+    return method.checkpoint_state is not EmbeddingMethod.checkpoint_state
 
 
 class IndexTransform(nn.Module):
@@ -214,6 +250,31 @@ class ComposedEmbedding(EmbeddingMethod):
 
     def sparse_parameters(self) -> list[nn.Parameter]:
         return self.tables.sparse_parameters()
+
+    def after_step(self, step: int) -> None:
+        self.tables.step()
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        state = {f"tables.{k}": v for k, v in self.tables.checkpoint_state().items()}
+        for name, module in (("transform", self.transform), ("combine", self.combine)):
+            state.update({f"{name}.{k}": v for k, v in module.state_dict().items()})
+        return state
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.tables.load_checkpoint_state(
+            {k.removeprefix("tables."): v for k, v in tensors.items() if k.startswith("tables.")}
+        )
+        for name, module in (("transform", self.transform), ("combine", self.combine)):
+            prefix = f"{name}."
+            module.load_state_dict(
+                {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)}
+            )
+
+    def checkpoint_row_groups(self) -> dict[str, int]:
+        return {f"tables.{t}": rows for t, rows in enumerate(self.tables.rows)}
+
+    def checkpoint_row_ids(self, sparse: torch.Tensor) -> torch.Tensor:
+        return self.transform(sparse)
 
     def flops_per_example(self) -> int:
         return self.combine.flops_per_example()

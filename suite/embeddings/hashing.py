@@ -62,12 +62,8 @@ class DivModTransform(IndexTransform):
 class CountedComposedEmbedding(ComposedEmbedding):
     """A :class:`ComposedEmbedding` whose :meth:`storage_tensors` also lists the combine's
     tensors (learned parameters under ``parameters``, index buffers under ``auxiliary``)
-    and whose :meth:`memory` is their summed ``nbytes``.
-
-    The one exception is the optimizer state of tables off the fbgemm kernel (the ``torch``
-    backend, or dims the kernel cannot take): it lives in the torch sparse optimizer the
-    engine creates, not in a tensor this module owns, so it is the size that optimizer
-    holds (:meth:`PhysicalTables.unfused_optimizer_bytes`).
+    and whose :meth:`memory` is their summed ``nbytes`` (the tables' optimizer state, fused
+    or torch, is among them: the tables own their optimizer).
     """
 
     def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
@@ -81,8 +77,7 @@ class CountedComposedEmbedding(ComposedEmbedding):
     def memory(self) -> EmbeddingBytes:
         tensors = self.storage_tensors()
         total = {key: sum(t.nbytes for t in values) for key, values in tensors.items()}
-        optimizer = total["optimizer"] + self.tables.unfused_optimizer_bytes()
-        return EmbeddingBytes(total["parameters"], total["auxiliary"], optimizer)
+        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
 
 class HashOptions(EmbeddingOptions):

@@ -77,9 +77,12 @@ class PhysicalTables(nn.Module):
     With ``backend="fbgemm"`` the tables live in one table-batched kernel whose update is
     fused into the backward pass (the kernel owns its optimizer state), except tables
     whose dim the kernel cannot take (not a multiple of 4): those, and every table with
-    ``"torch"``, are ``torch.nn`` tables with sparse gradients that
-    :class:`RowwiseAdagrad` / ``torch.optim`` apply (the same update), the tables of one
-    dim stacked in one ``nn.Embedding`` (one lookup per dim). No table is widened.
+    ``"torch"``, are ``torch.nn`` tables with sparse gradients, the tables of one dim
+    stacked in one ``nn.Embedding`` (one lookup per dim). No table is widened.
+
+    The tables own their sparse optimizer, as torchrec's fused tables do: the kernel's is
+    fused, and the torch tables' :class:`RowwiseAdagrad` / ``torch.optim`` optimizer (the
+    same update) is applied by :meth:`step` after ``backward``.
     """
 
     def __init__(
@@ -133,6 +136,8 @@ class PhysicalTables(nn.Module):
             order = [c for t in range(len(rows)) for c in range(starts[t], starts[t] + dims[t])]
             columns = torch.tensor(order, device=device)
         self.register_buffer("_columns", columns, persistent=False)
+        params = self.sparse_parameters()
+        self.optimizer = make_sparse_optimizer(params, optimizer, learning_rate) if params else None
 
     def _build_bags(self, init: list[torch.Tensor], device: torch.device) -> list[list[int]]:
         """The tables off the kernel: one stacked ``nn.Embedding`` per dim, table ``t`` at
@@ -219,6 +224,66 @@ class PhysicalTables(nn.Module):
         out = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
         return out if self._in_order else out.index_select(1, self._columns)
 
+    def step(self) -> None:
+        """Apply the sparse update after ``backward`` (the fused kernel already has)."""
+        if self.optimizer is not None:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def _group_states(self, g: int) -> dict[str, torch.Tensor]:
+        """The torch optimizer's per-row state of stacked group ``g`` (first dim: its rows)."""
+        if self.optimizer is None:
+            return {}
+        state = self.optimizer.state[self.bags[g].weight]
+        return {k: v for k, v in state.items() if torch.is_tensor(v) and v.ndim}
+
+    def _table_states(self) -> list[dict[str, torch.Tensor]]:
+        """Each table's optimizer state by name, first dim the table's rows: fbgemm's
+        ``split_optimizer_states`` for kernel tables, row slices (views) of the torch
+        optimizer's state for stacked tables."""
+        out: list[dict[str, torch.Tensor]] = [{} for _ in self.rows]
+        if self.kernel is not None:
+            split = list(self.kernel.split_optimizer_states()) or [[] for _ in self.kernel_tables]
+            for t, table in zip(self.kernel_tables, split, strict=True):
+                out[t] = {f"state{k}": s for k, s in enumerate(table)}
+        for t, (g, lo, hi) in self._bag_slices.items():
+            out[t] = {k: v[lo:hi] for k, v in self._group_states(g).items()}
+        return out
+
+    def optimizer_states(self) -> list[list[torch.Tensor]]:
+        """Each table's optimizer state tensors (first dim: the table's rows)."""
+        return [list(states.values()) for states in self._table_states()]
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """Named views of the real storage: ``<t>.weight [rows_t, dims_t]`` and ``<t>.<state>``
+        (the optimizer's per-row state), the fused kernel's step counter ``iter`` and the
+        torch optimizer's per-group scalars ``group<g>.<name>``."""
+        state: dict[str, torch.Tensor] = {}
+        for t, (weight, states) in enumerate(
+            zip(self.weights(), self._table_states(), strict=True)
+        ):
+            state[f"{t}.weight"] = weight.detach()
+            state.update({f"{t}.{k}": v for k, v in states.items()})
+        if self.kernel is not None and torch.is_tensor(getattr(self.kernel, "iter", None)):
+            state["iter"] = self.kernel.iter
+        if self.optimizer is not None:
+            for g, bag in enumerate(self.bags):
+                scalars = self.optimizer.state[bag.weight].items()
+                state.update(
+                    {f"group{g}.{k}": v for k, v in scalars if torch.is_tensor(v) and not v.ndim}
+                )
+        return state
+
+    @torch.no_grad()
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy :meth:`checkpoint_state`'s tensors back into the real storage."""
+        own = self.checkpoint_state()
+        if set(own) != set(tensors):
+            missing, extra = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
+            raise ValueError(f"embedding tables: missing {missing}, unexpected {extra}")
+        for name, target in own.items():
+            target.copy_(tensors[name])
+
     def weights(self) -> list[torch.Tensor]:
         """Each table's ``[rows_t, dims_t]`` weight (views of the real storage)."""
         out: list[torch.Tensor | None] = [None] * len(self.rows)
@@ -243,13 +308,8 @@ class PhysicalTables(nn.Module):
             optimizer_state_floats(self.rows[t], self.dims[t], self.optimizer_name) for t in chosen
         )
 
-    def unfused_optimizer_bytes(self) -> int:
-        """Optimizer-state bytes the torch sparse optimizer holds for the tables off the kernel."""
-        return self.optimizer_bytes(self.bag_tables)
-
     def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
-        """The real tensors behind :meth:`parameter_bytes` and the kernel's share of
-        :meth:`optimizer_bytes` (the rest lives in the torch sparse optimizer)."""
+        """The real tensors behind :meth:`parameter_bytes` and :meth:`optimizer_bytes`."""
         parameters: list[torch.Tensor] = []
         optimizer: list[torch.Tensor] = []
         if self.kernel is not None:
@@ -257,6 +317,7 @@ class PhysicalTables(nn.Module):
             parameters.append(k.weights_host if k.weights_host.numel() else k.weights_dev)
             optimizer = [s for table in k.split_optimizer_states() for s in table]
         parameters += [bag.weight for bag in self.bags]
+        optimizer += [s for g in range(len(self.bags)) for s in self._group_states(g).values()]
         return {"parameters": parameters, "optimizer": optimizer}
 
 

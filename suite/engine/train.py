@@ -6,7 +6,6 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -16,7 +15,7 @@ from suite.config import TrainConfig
 from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
-from suite.embeddings.tables import make_sparse_optimizer
+from suite.engine.checkpoint import Checkpointer, LoopState
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 from suite.progress import progress_bar
@@ -34,6 +33,8 @@ class TrainOutcome:
     checkpoint: str
     checkpoint_step: int
     history: list[dict[str, float]] = field(default_factory=list)
+    checkpoint_seconds: float = 0.0
+    """Wall time spent writing checkpoints (outside ``seconds``)."""
 
     @property
     def samples_per_second(self) -> float:
@@ -52,40 +53,24 @@ def make_dense_optimizer(
     return torch.optim.SGD(params, lr=train.dense_lr)
 
 
-def make_optimizers(
-    model: RecModel, train: TrainConfig
-) -> tuple[torch.optim.Optimizer | None, torch.optim.Optimizer | None]:
-    """The dense optimizer and, for embeddings with sparse gradients, the sparse one
-    (either may be ``None``: fused tables update themselves)."""
-    dense_opt = make_dense_optimizer(model.dense_parameters(), train)
-    sparse_params = model.embedding.sparse_parameters()
-    sparse_opt = (
-        make_sparse_optimizer(sparse_params, train.sparse_optimizer, train.sparse_lr)
-        if sparse_params
-        else None
-    )
-    return dense_opt, sparse_opt
-
-
 def train_step(
     model: RecModel,
     batch: Batch,
     dense_opt: torch.optim.Optimizer | None,
-    sparse_opt: torch.optim.Optimizer | None,
+    step: int,
 ) -> torch.Tensor:
-    """One training step on ``batch`` (already on the model's device): forward, BCE loss,
-    backward, optimizer steps. Returns the loss tensor (not synchronized)."""
+    """Training step number ``step`` (from 1) on ``batch`` (already on the model's device):
+    forward, BCE loss, backward, the dense optimizer's step, then the embedding's own
+    sparse update and hooks (:meth:`EmbeddingMethod.after_step`). Returns the loss tensor
+    (not synchronized)."""
     logits = model(batch.dense, batch.sparse)
     loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.label)
     if dense_opt:
         dense_opt.zero_grad(set_to_none=True)
-    if sparse_opt:
-        sparse_opt.zero_grad(set_to_none=True)
     loss.backward()  # fused fbgemm tables update themselves here
     if dense_opt:
         dense_opt.step()
-    if sparse_opt:
-        sparse_opt.step()
+    model.embedding.after_step(step)
     return loss
 
 
@@ -134,68 +119,100 @@ def train(
     device: torch.device,
     on_train_metrics: MetricsCallback | None = None,
     on_validation: MetricsCallback | None = None,
+    checkpoints: Checkpointer | list[Checkpointer] | None = None,
 ) -> TrainOutcome:
     """Train on ``data``'s train split; validate at each epoch end (and every
     ``eval_every_steps``); leave ``model`` holding the checkpoint the config asks for.
+
+    With ``checkpoints``, the training state is written at their intervals and, when the
+    first one resumes, training continues from its checkpoint exactly where it stopped
+    (same batches, same optimizer and RNG state, same metrics as an uninterrupted run).
+    Several checkpointers write side by side (the ``checkpoint`` task compares kinds).
 
     ``on_validation(metrics, step)`` may raise to stop training (e.g. an Optuna prune).
     """
     cfg = train_config
     loader = BatchLoader(data.split("train"), cfg.batch_size, shuffle=cfg.shuffle, seed=seed)
-    dense_opt, sparse_opt = make_optimizers(model, cfg)
+    dense_opt = make_dense_optimizer(model.dense_parameters(), cfg)
     total = min(cfg.max_steps or 10**18, cfg.epochs * len(loader))
     val_split = data.split("val")
     log_every = max(1, min(50, total // 20))
 
-    history: list[dict[str, float]] = []
-    best: tuple[float, int, dict[str, Any] | None] = (-float("inf"), 0, None)
-    step = examples = 0
-    loss_sum, loss_count = 0.0, 0
-    seconds = 0.0
+    writers = [checkpoints] if isinstance(checkpoints, Checkpointer) else list(checkpoints or [])
+    for writer in writers:
+        writer.start(model)
+    state = (writers[0].restore(model, dense_opt) if writers else None) or LoopState()
+    checkpoint_seconds = 0.0
 
     def validate() -> None:
-        nonlocal best
         metrics = evaluate(model, val_split, cfg.eval_batch_size, device)
-        record = {"step": float(step), **{f"val_{k}": v for k, v in metrics.items()}}
-        history.append(record)
+        record = {"step": float(state.step), **{f"val_{k}": v for k, v in metrics.items()}}
+        state.history.append(record)
         if on_validation:
-            on_validation({f"val_{k}": v for k, v in metrics.items()}, step)
-        if cfg.checkpoint == "best" and metrics["auc"] > best[0]:
-            best = (metrics["auc"], step, copy.deepcopy(model.state_dict()))
+            on_validation({f"val_{k}": v for k, v in metrics.items()}, state.step)
+        if cfg.checkpoint == "best" and metrics["auc"] > state.best_auc:
+            state.best_auc, state.best_step = metrics["auc"], state.step
+            state.best = copy.deepcopy(model.state_dict())
 
     model.train()
-    bar = progress_bar(total=total, desc="train", unit="step", enabled=cfg.progress)
-    for epoch in range(cfg.epochs):
+    bar = progress_bar(
+        total=total, initial=state.step, desc="train", unit="step", enabled=cfg.progress
+    )
+    for epoch in range(state.epoch, cfg.epochs):
+        if epoch != state.epoch:
+            state.epoch, state.batch = epoch, 0
         loader.set_epoch(epoch)
         tick = time.perf_counter()
-        for batch in loader:
-            loss = train_step(model, batch.to(device), dense_opt, sparse_opt)
-            step += 1
-            examples += len(batch)
-            model.embedding.after_step(step)
-            loss_sum += float(loss.detach())
-            loss_count += 1
+        for batch in loader.batches(state.batch) if state.step < total else ():
+            state.step += 1
+            state.batch += 1
+            batch = batch.to(device)
+            for writer in writers:
+                writer.observe(model, batch.sparse)
+            loss = train_step(model, batch, dense_opt, state.step)
+            state.examples += len(batch)
+            state.loss_sum += float(loss.detach())
+            state.loss_count += 1
             bar.update(1)
-            if step % log_every == 0 or step == total:
-                bar.set_postfix(loss=f"{loss_sum / loss_count:.4f}")
+            if state.step % log_every == 0 or state.step == total:
+                bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}")
                 if on_train_metrics:
-                    on_train_metrics({"train_logloss": loss_sum / loss_count}, step)
-                loss_sum, loss_count = 0.0, 0
-            if cfg.eval_every_steps and step % cfg.eval_every_steps == 0 and step < total:
-                seconds += time.perf_counter() - tick
+                    on_train_metrics(
+                        {"train_logloss": state.loss_sum / state.loss_count}, state.step
+                    )
+                state.loss_sum, state.loss_count = 0.0, 0
+            if (
+                cfg.eval_every_steps
+                and state.step % cfg.eval_every_steps == 0
+                and state.step < total
+            ):
+                state.seconds += time.perf_counter() - tick
                 validate()
                 tick = time.perf_counter()
-            if step >= total:
+            due = [writer for writer in writers if writer.due(state.step)]
+            if due:
+                state.seconds += time.perf_counter() - tick
+                checkpoint_seconds += sum(w.save(model, dense_opt, state).seconds for w in due)
+                tick = time.perf_counter()
+            if state.step >= total:
                 break
-        seconds += time.perf_counter() - tick
-        if not history or history[-1]["step"] != step:
+        state.seconds += time.perf_counter() - tick
+        if not state.history or state.history[-1]["step"] != state.step:
             validate()
-        if step >= total:
+        if state.step >= total:
             break
     bar.close()
 
-    checkpoint_step = step
-    if cfg.checkpoint == "best" and best[2] is not None:
-        model.load_state_dict(best[2])
-        checkpoint_step = best[1]
-    return TrainOutcome(step, examples, seconds, cfg.checkpoint, checkpoint_step, history)
+    checkpoint_step = state.step
+    if cfg.checkpoint == "best" and state.best is not None:
+        model.load_state_dict(state.best)
+        checkpoint_step = state.best_step
+    return TrainOutcome(
+        state.step,
+        state.examples,
+        state.seconds,
+        cfg.checkpoint,
+        checkpoint_step,
+        state.history,
+        checkpoint_seconds,
+    )

@@ -15,6 +15,7 @@ from suite.config import RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
+from suite.engine.checkpoint import remove_checkpoints, run_checkpoints
 from suite.environment import environment
 from suite.errors import SuiteError
 from suite.models.base import RecModel
@@ -134,22 +135,30 @@ def execute(
     parent_run_id: str | None = None,
     extra_tags: dict[str, str] | None = None,
     on_validation: Callable[[dict[str, float], int], None] | None = None,
+    resume: bool = False,
 ) -> TaskResult:
     """Run ``config``'s task and record it.
 
     Everything that can fail on user input (device, output paths, dataset preparation,
-    memory) is checked before the MLflow run is created. A failure after that marks the
-    run FAILED; SIGINT/SIGTERM mark it KILLED with the metrics logged so far (and
-    re-raise :class:`~suite.runs.signals.Interrupted`/``KeyboardInterrupt``).
+    memory, the checkpoints to resume from) is checked before the MLflow run is created. A
+    failure after that marks the run FAILED; SIGINT/SIGTERM mark it KILLED with the metrics
+    logged so far (and re-raise :class:`~suite.runs.signals.Interrupted`/``KeyboardInterrupt``).
+    ``resume``: continue a killed run from its last checkpoint, in its own MLflow run.
     """
     started = time.perf_counter()
     device, data, task = preflight(config, {"--out": out})
     seed_everything(config.seed, config.train.threads)
     env = environment(config.device)
+    checkpoints = run_checkpoints(config, data.fingerprint, resume)
 
     with interruptible():
         tracker: Tracker | None = None
-        if config.tracking.enabled:
+        if checkpoints and resume and config.tracking.enabled:
+            run_id = checkpoints.identity.get("mlflow_run_id")
+            if run_id:
+                tracker = Tracker.resume(config.tracking.uri, run_id)
+        resumed = tracker is not None
+        if config.tracking.enabled and tracker is None:
             tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
             name = (
                 config.tracking.run_name
@@ -158,8 +167,25 @@ def execute(
             tracker = Tracker.start(
                 config.tracking.uri, config.tracking.experiment, name, tags, parent_run_id
             )
+        if checkpoints and tracker:
+            checkpoints.identity["mlflow_run_id"] = tracker.run_id
         try:
-            return _run(config, data, task, device, env, tracker, out, on_validation, started)
+            result = _run(
+                config,
+                data,
+                task,
+                device,
+                env,
+                tracker,
+                out,
+                on_validation,
+                started,
+                checkpoints,
+                resumed,
+            )
+            if checkpoints:
+                remove_checkpoints(checkpoints)
+            return result
         except BaseException as exc:
             if tracker:
                 with contextlib.suppress(SuiteError):  # the store may be what failed
@@ -169,6 +195,8 @@ def execute(
                     else:
                         tracker.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
                         tracker.fail()
+            if checkpoints:
+                checkpoints.close()
             raise
 
 
@@ -182,8 +210,10 @@ def _run(
     out: str | Path | None,
     on_validation: Callable[[dict[str, float], int], None] | None,
     started: float,
+    checkpoints: Any,
+    resumed: bool,
 ) -> TaskResult:
-    if tracker:
+    if tracker and not resumed:
         tracker.log_params(flatten(config.identity()))
         tracker.log_text(config.to_yaml(), "config.yaml")
         log_data_input(tracker, config, data)
@@ -201,7 +231,7 @@ def _run(
         if on_validation:
             on_validation(metrics, step)
 
-    ctx = _TrackedContext(config, data, device, log_metrics, validation)
+    ctx = _TrackedContext(config, data, device, log_metrics, validation, checkpoints)
     output = task.run(ctx)
     final_step = int(output.details.get("steps", last_step) or last_step)
     _check_finite(config, output.metrics, final_step)

@@ -86,6 +86,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         ctx.device,
         on_train_metrics=ctx.log_metrics,
         on_validation=ctx.on_validation,
+        checkpoints=ctx.checkpoints,
     )
     progress = cfg.train.progress
     val = evaluate(

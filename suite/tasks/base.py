@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from suite.config import NoOptions, RunConfig
 from suite.data.prepared import PreparedDataset
+from suite.engine.checkpoint import Checkpointer
 from suite.models.base import RecModel
 from suite.results import MetricSpec, find_metric
 
@@ -33,6 +34,8 @@ class RunContext:
     device: torch.device
     log_metrics: Callable[[dict[str, float], int], None]
     on_validation: Callable[[dict[str, float], int], None] | None = None
+    checkpoints: Checkpointer | None = None
+    """The run's checkpoints (``train.checkpoint_every``, ``--resume``), for its training."""
 
     def build_model(self, config: RunConfig | None = None) -> RecModel:
         from suite.engine.build import build_model

@@ -219,12 +219,12 @@ def _compress(model: RecModel, ctx: RunContext) -> int:
 def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
     """Build the config's model, train it until its compression is done, run two more
     training steps and one inference forward, and return its byte counts and peaks."""
-    from suite.engine.train import make_optimizers, train_step
+    from suite.engine.train import make_dense_optimizer, train_step
 
     cfg, device = ctx.config, ctx.device
     model = ctx.build_model()
     done = _compress(model, ctx) if opts.compress else 0
-    dense_opt, sparse_opt = make_optimizers(model, cfg.train)
+    dense_opt = make_dense_optimizer(model.dense_parameters(), cfg.train)
     train_loader = BatchLoader(
         ctx.data.split("train"),
         opts.batch_size or cfg.train.batch_size,
@@ -238,12 +238,10 @@ def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
     infer_batch = _first_batch(infer_loader, device)
 
     model.train()
-    train_step(model, train_batch, dense_opt, sparse_opt)  # optimizer state now exists
-    model.embedding.after_step(done + 1)
+    train_step(model, train_batch, dense_opt, done + 1)  # optimizer state now exists
 
     def training() -> None:
-        train_step(model, train_batch, dense_opt, sparse_opt)
-        model.embedding.after_step(done + 2)
+        train_step(model, train_batch, dense_opt, done + 2)
 
     def inference() -> None:
         with torch.no_grad():
@@ -256,7 +254,7 @@ def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
 
     analytic = model.embedding.memory()
     storage = model.embedding.storage_tensors()
-    sparse_state = [*storage.get("optimizer", []), *optimizer_state_tensors(sparse_opt)]
+    sparse_state = storage.get("optimizer", [])
     parts = model.embedding.auxiliary_parts()
     return {
         "real": {

@@ -6,8 +6,8 @@ For each batch size, over a steady window after ``warmup_steps``:
   training), no model: the rate the data path can feed. If training runs close to it,
   the loader bounds training.
 - **train**: the real training loop, end to end: next loader batch, copy to the device,
-  :func:`suite.engine.train.train_step` (forward, loss, backward, optimizer steps; fused
-  tables update inside backward), then the method's ``after_step`` hook. Timed as one
+  :func:`suite.engine.train.train_step` (forward, loss, backward, the dense optimizer, the
+  embedding's own sparse update and hooks; fused tables update inside backward). Timed as one
   window (device synchronized at its ends), so it includes the loader's cost.
 - **inference**: ``model.eval()`` under ``torch.no_grad()`` on validation batches; each
   batch is timed alone (copy to device + forward, synchronized), which gives latency
@@ -135,7 +135,6 @@ def measure_training(
     model: torch.nn.Module,
     loader: BatchLoader,
     dense_opt: torch.optim.Optimizer | None,
-    sparse_opt: torch.optim.Optimizer | None,
     device: torch.device,
     warmup: int,
     steps: int | None,
@@ -150,9 +149,8 @@ def measure_training(
 
     def one() -> int:
         batch = next(batches)
-        loss = train_step(model, batch.to(device), dense_opt, sparse_opt)
         state["step"] += 1
-        model.embedding.after_step(state["step"])
+        loss = train_step(model, batch.to(device), dense_opt, state["step"])
         state["loss"] = loss
         return len(batch)
 
@@ -237,12 +235,12 @@ class ThroughputTask(Task):
     Options = ThroughputOptions
 
     def run(self, ctx: RunContext) -> TaskOutput:
-        from suite.engine.train import make_optimizers
+        from suite.engine.train import make_dense_optimizer
 
         cfg = ctx.config
         opts: ThroughputOptions = cfg.task.typed_options()
         model = ctx.build_model()
-        dense_opt, sparse_opt = make_optimizers(model, cfg.train)
+        dense_opt = make_dense_optimizer(model.dense_parameters(), cfg.train)
         train_split, val_split = ctx.data.split("train"), ctx.data.split("val")
         window = (opts.warmup_steps, opts.measure_steps, opts.measure_seconds)
 
@@ -253,9 +251,7 @@ class ThroughputTask(Task):
             train_loader = BatchLoader(train_split, size, shuffle=cfg.train.shuffle, seed=cfg.seed)
             loader = measure_loader(train_loader, *window)
             train_loader = BatchLoader(train_split, size, shuffle=cfg.train.shuffle, seed=cfg.seed)
-            trained, loss = measure_training(
-                model, train_loader, dense_opt, sparse_opt, ctx.device, *window
-            )
+            trained, loss = measure_training(model, train_loader, dense_opt, ctx.device, *window)
             infer, lat = measure_inference(model, BatchLoader(val_split, size), ctx.device, *window)
             p50, p95, p99 = (float(v) * 1e3 for v in np.percentile(lat, [50, 95, 99]))
             figures = {
@@ -292,7 +288,7 @@ class ThroughputTask(Task):
             "flops_per_example": model.flops_per_example(),
             "per_batch_size": per_batch,
             "method": (
-                "train: end-to-end loop (loader + copy + train_step + after_step) timed as one "
+                "train: end-to-end loop (loader + copy + train_step) timed as one "
                 "window after warm-up; inference: per-batch copy + forward under no_grad, "
                 "timed each; loader: BatchLoader iterated alone; device synchronized on GPU"
             ),
