@@ -48,6 +48,7 @@ from suite.engine.checkpoint import (
 from suite.engine.train import evaluate, train
 from suite.errors import ConfigError
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 PLOT_DIR = Path("results") / "checkpoint"
@@ -109,6 +110,57 @@ class CheckpointTask(Task):
     quantized checkpoints (Check-N-Run)."""
 
     Options = CheckpointOptions
+    metrics = (
+        MetricSpec(
+            "incremental_embedding_bandwidth_reduction",
+            True,
+            "Incremental: embedding write reduction",
+            "x",
+            "ratio",
+            primary=True,
+            shown=True,
+        ),
+        MetricSpec("test_auc", True, "Test AUC (uninterrupted)", bounds=(0.0, 1.0), shown=True),
+        MetricSpec("*_checkpoints", True, "{} checkpoints written", kind="count"),
+        MetricSpec(
+            "*_embedding_bytes_per_checkpoint",
+            False,
+            "{} embedding bytes per checkpoint",
+            "bytes",
+            "size",
+        ),
+        MetricSpec("*_bytes_per_checkpoint", False, "{} bytes per checkpoint", "bytes", "size"),
+        MetricSpec("*_bytes_total", False, "{} bytes written", "bytes", "size"),
+        MetricSpec("*_write_seconds", False, "{} write time", "s", "measured"),
+        MetricSpec("*_write_mb_per_s", True, "{} write bandwidth", "MB/s", "measured"),
+        MetricSpec(
+            "*_embedding_bandwidth_reduction",
+            True,
+            "{} embedding write reduction",
+            "x",
+            "ratio",
+            shown=True,
+        ),
+        MetricSpec(
+            "*_embedding_capacity_reduction", True, "{} embedding capacity reduction", "x", "ratio"
+        ),
+        MetricSpec("*_bandwidth_reduction", True, "{} write reduction", "x", "ratio"),
+        MetricSpec("*_capacity_reduction", True, "{} capacity reduction", "x", "ratio"),
+        MetricSpec("*_restore_seconds", False, "{} restore time", "s", "measured"),
+        MetricSpec("*_restored_test_auc", True, "{} restored test AUC", bounds=(0.0, 1.0)),
+        MetricSpec("*_auc_cost", False, "{} AUC cost of restoring", shown=True),
+        MetricSpec(
+            "modified_rows_fraction",
+            False,
+            "Rows modified per interval",
+            kind="ratio",
+            bounds=(0.0, 1.0),
+        ),
+        MetricSpec(
+            "checkpoint_overhead", False, "Checkpoint share of training time", kind="measured"
+        ),
+        MetricSpec("adaptive_bits_r*", False, "Adaptive bit width at {} restores", "bits", "count"),
+    )
 
     def check(self, config: RunConfig) -> None:
         if not supports_checkpoints(config.embedding.registry.get(config.embedding.name)):
