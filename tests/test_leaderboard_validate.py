@@ -565,3 +565,17 @@ def test_submission_round_trips_through_its_file_text() -> None:
     assert Submission.model_validate_json(sub.to_file_text()) == sub
     assert sub.filename().startswith("criteo-synth-accuracy-dlrm-full-ada-")
     assert sub.filename().endswith(f"-{sub.content_hash()[:12]}.json")
+
+
+def test_a_written_submission_follows_the_umask(tmp_path: Path) -> None:
+    """``mkstemp`` makes files 0600: a submission meant for a shared repository must get
+    the mode a plain ``open`` would give it under the user's umask."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        path, written = write_submission(make_submission(), tmp_path / "board")
+    finally:
+        os.umask(old)
+    assert written
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from suite.config import format_validation_error, stable_hash
 from suite.errors import SuiteError
+from suite.fileio import apply_umask
 from suite.leaderboard import SUBMISSIONS
 from suite.leaderboard.schema import (
     MAX_FILE_BYTES,
@@ -234,6 +235,7 @@ def write_submission(submission: Submission, leaderboard_dir: Path) -> tuple[Pat
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        apply_umask(tmp)  # mkstemp makes files 0600 whatever the umask
         try:
             os.link(tmp, path)  # atomic and never replaces an existing file
         except FileExistsError:
