@@ -13,7 +13,7 @@ def test_defaults_resolve_every_option() -> None:
     config = build_config()
     assert config.model.name == "dlrm"
     assert config.model.options["bottom_mlp"] == [64, 32]
-    assert config.embedding.options == {"dim": 16, "backend": "fbgemm"}
+    assert config.embedding.options == {"dim": 16, "backend": "fbgemm", "init": "reference"}
     assert config.dataset.protocol == "default"
 
 

@@ -13,13 +13,16 @@ from torch import nn
 
 from suite.data.loader import BatchLoader
 from suite.data.source import get_prepared
-from suite.embeddings.base import ComposedEmbedding, EmbeddingContext
+from suite.data.synthetic import scaled_cardinalities
+from suite.datasets.synthetic import CRITEO_CARDINALITIES, SyntheticOptions
+from suite.embeddings.base import ComposedEmbedding, EmbeddingContext, EmbeddingOptions
+from suite.embeddings.full import FullEmbedding
 from suite.embeddings.hashing import HashEmbedding, HashOptions, hashed_rows
 from suite.embeddings.mixed_dim import (
     MixedDimEmbedding,
     MixedDimOptions,
-    alpha_power_dims,
-    feature_popularity,
+    md_dims,
+    rows_per_query,
 )
 from suite.embeddings.qr import QREmbedding, QROptions
 from suite.embeddings.tables import RowwiseAdagrad, make_sparse_optimizer
@@ -124,10 +127,11 @@ def test_memory_equals_storage_tensors(tiny_data, method: str, backend: str) -> 
     assert memory.parameters == sum(t.nbytes for t in tensors["parameters"]) > 0
     assert memory.auxiliary == sum(t.nbytes for t in tensors["auxiliary"])
     if emb.sparse_parameters():
-        # torch backend: the state lives in the torch optimizer the engine makes
+        # tables off the kernel: their state lives in the torch optimizer the engine makes
         optimizer = make_sparse_optimizer(emb.sparse_parameters(), "rowwise_adagrad", 0.05)
         assert isinstance(optimizer, RowwiseAdagrad)
-        assert memory.optimizer == optimizer.state_bytes()
+        kernel_state = sum(t.nbytes for t in tensors["optimizer"])
+        assert memory.optimizer == kernel_state + optimizer.state_bytes()
     else:
         assert memory.optimizer == sum(t.nbytes for t in tensors["optimizer"]) > 0
     if isinstance(emb, ComposedEmbedding):  # no storage counted twice, none missed
@@ -227,60 +231,102 @@ def test_qr_distinct_ids_get_distinct_embeddings(operation: str) -> None:
 # ------------------------------------------------------------------ mixed dim
 
 
-def test_alpha_rule_on_known_counts() -> None:
+def test_md_dims_equal_the_reference_md_solver_by_hand() -> None:
+    """Values worked out by hand from the reference's ``md_solver``/``alpha_power_rule``:
+    ``lambda = d0 * n_min ** alpha``; ``d = max(1, lambda * n ** -alpha)`` rounded, the
+    smallest table gets ``d0``; ``pow_2_round`` is ``2 ** round(log2 d)``."""
+    rows = [3, 150, 300, 700, 1000, 2500, 5000, 50_000, 2_000_000]
+    # alpha 0.3, d0 16: lambda = 16 * 3 ** 0.3 = 16 * 1.390389 = 22.24623
+    #   n=150:  150 ** 0.3 = 4.49590  -> 4.948  (below the threshold: keeps 16)
+    #   n=300:  300 ** 0.3 = 5.53541  -> 4.019  -> 4  (pow2: 4)
+    #   n=700:  700 ** 0.3 = 7.13782  -> 3.117  -> 3  (pow2: log2 3 = 1.58 -> 4)
+    #   n=1000: 1000 ** 0.3 = 7.94328 -> 2.801  -> 3  (pow2: 4)
+    #   n=2500: 2500 ** 0.3 = 10.4564 -> 2.128  -> 2  (pow2: 2)
+    #   n=5000: 5000 ** 0.3 = 12.8726 -> 1.728  -> 2  (pow2: 2)
+    #   n=5e4:  5e4 ** 0.3 = 25.6852  -> 0.866  -> 1 (the floor)
+    #   n=2e6:  -> 0.28 -> 1
+    assert md_dims(rows, 0.3, 16) == [16, 16, 4, 3, 3, 2, 2, 1, 1]
+    assert md_dims(rows, 0.3, 16, round_dims=True) == [16, 16, 4, 4, 4, 2, 2, 1, 1]
+    # threshold 0: the solver's own dim for n=150 (4.948 -> 5; pow2: log2 5 = 2.32 -> 4)
+    assert md_dims(rows, 0.3, 16, threshold=0)[:2] == [16, 5]
+    assert md_dims(rows, 0.3, 16, threshold=0, round_dims=True)[:2] == [16, 4]
+    # alpha 0.5: lambda = 16 * sqrt(3) = 27.7128; n=300: 27.7128 / 17.3205 = 1.600 -> 2;
+    # n=1000: 27.7128 / 31.6228 = 0.876 -> 1
+    half = md_dims(rows, 0.5, 16)
+    assert half[2] == 2 and half[4] == 1
+    assert md_dims(rows, 0.0, 16) == [16] * len(rows)
+    assert md_dims(rows, 0.3, 16, min_dim=2) == [16, 16, 4, 3, 3, 2, 2, 2, 2]
+    # the order of the tables does not matter (the solver sorts and unsorts)
+    assert md_dims(rows[::-1], 0.3, 16) == md_dims(rows, 0.3, 16)[::-1]
+
+
+def test_md_embedding_takes_the_solver_dims_and_never_widens() -> None:
+    rows = [3, 150, 300, 700, 1000, 2500, 5000, 50_000, 2_000_000]
+    for backend in ("fbgemm", "torch"):
+        emb = MixedDimEmbedding(MixedDimOptions(alpha=0.3, dim=16, backend=backend), context(rows))
+        assert emb.dims == md_dims(rows, 0.3, 16)
+        by_rows = {w.shape[0]: w.shape[1] for w in emb.tables.weights()}
+        assert [by_rows[n] for n in rows] == emb.dims  # every table at its own dim
+        layout = emb.layout()
+        assert layout["feature_dims"] == emb.dims and layout["feature_rows"] == rows
+        expected = ["fbgemm" if d % 4 == 0 and backend == "fbgemm" else "torch" for d in emb.dims]
+        assert layout["feature_backends"] == expected
+
+
+def test_md_popularity_from_counts() -> None:
     cards = [10, 100, 1000, 4]
     counts = [
-        np.full(10, 100),  # 1000 accesses over 10 rows: 100 per row
-        np.r_[np.full(50, 20), np.zeros(50)],  # 1000 over the 50 rows seen: 20 per row
-        np.r_[np.full(500, 2), np.zeros(500)],  # 2 per row
-        np.full(4, 250),  # most popular: 250 per row
+        np.full(10, 100),  # 1000 reads over the 10 ids: one read per example
+        np.r_[np.full(50, 20), np.zeros(50)],  # 50 ids seen
+        np.r_[np.full(500, 2), np.zeros(500)],  # 500 ids seen
+        np.full(4, 500),  # two reads per example (2000 reads)
     ]
-    popularity = feature_popularity(cards, [c.astype(np.int64) for c in counts])
-    np.testing.assert_allclose(popularity, [100, 20, 2, 250])
-    naive = [16 * (p / 250) ** 0.5 for p in popularity]  # d = D * (p / p_max) ** alpha
-    assert [round(d, 2) for d in naive] == [10.12, 4.53, 1.43, 16.0]
-    assert alpha_power_dims(popularity, 0.5, 16) == [10, 5, 1, 16]
-    assert alpha_power_dims(popularity, 0.5, 16, round_dims=True) == [8, 4, 2, 16]
-    assert alpha_power_dims(popularity, 0.5, 16, multiple=4) == [12, 4, 4, 16]  # nearest x4
-    assert alpha_power_dims(popularity, 0.5, 16, min_dim=3) == [10, 5, 3, 16]
-    assert alpha_power_dims(popularity, 0.0, 16) == [16, 16, 16, 16]
+    counts = [c.astype(np.int64) for c in counts]
+    # n / k with n the ids seen and k the reads per example (reads / 2000)
+    np.testing.assert_allclose(rows_per_query(cards, counts), [20, 100, 1000, 4])
+    np.testing.assert_allclose(rows_per_query(cards), cards)  # the reference's default k = 1
+    options = MixedDimOptions(alpha=0.5, dim=16, threshold=0, popularity="counts", backend="torch")
+    emb = MixedDimEmbedding(options, context(cards, counts=counts))
+    # lambda = 16 * 4 ** 0.5 = 32: 32 / sqrt(20) = 7.16 -> 7; 32 / 10 = 3.2 -> 3; 32 / 31.6 -> 1
+    assert emb.dims == [7, 3, 1, 16]
+    rows_only = MixedDimEmbedding(options.model_copy(update={"popularity": "rows"}), context(cards))
+    assert rows_only.dims == md_dims(cards, 0.5, 16, threshold=0)
 
-    options = MixedDimOptions(alpha=0.5, dim=16, backend="torch")
-    emb = MixedDimEmbedding(options, context(cards, counts=[c.astype(np.int64) for c in counts]))
-    assert emb.dims == [10, 5, 1, 16]
-    assert sorted(w.shape[1] for w in emb.tables.weights()) == [1, 5, 10, 16]
-    fbgemm = MixedDimEmbedding(
-        MixedDimOptions(alpha=0.5, dim=16),
-        context(cards, counts=[c.astype(np.int64) for c in counts]),
+
+def test_md_bytes_far_below_uniform_dim_4_on_criteo_synth() -> None:
+    synth = SyntheticOptions()
+    cards = scaled_cardinalities(CRITEO_CARDINALITIES, synth.vocab_scale, synth.keep_below)
+    md = MixedDimEmbedding(MixedDimOptions(dim=16, alpha=0.3), context(cards)).memory()
+    uniform4 = FullEmbedding(EmbeddingOptions(dim=4), context(cards)).memory()
+    full = FullEmbedding(EmbeddingOptions(dim=16), context(cards)).memory()
+    assert md.parameters < 0.4 * uniform4.parameters
+    assert md.parameters < 0.1 * full.parameters
+    # and on the real Criteo Kaggle sizes, the reference's ~6% of full (dims 1-2 for big tables)
+    dims = md_dims(CRITEO_CARDINALITIES, 0.3, 16)
+    ratio = sum(n * d for n, d in zip(CRITEO_CARDINALITIES, dims, strict=True)) / (
+        16 * sum(CRITEO_CARDINALITIES)
     )
-    assert fbgemm.dims == [12, 4, 4, 16]
-
-
-def test_alpha_rule_without_counts_uses_cardinality() -> None:
-    cards = [4, 400, 40_000]
-    emb = MixedDimEmbedding(MixedDimOptions(alpha=0.5, dim=16, backend="torch"), context(cards))
-    # popularity 1 / n: d = 16 * (4 / n) ** 0.5
-    assert emb.dims == [16, round(16 * 0.1), max(1, round(16 * 0.01))]
+    assert 0.05 < ratio < 0.07
 
 
 def test_alpha_rule_param_budget() -> None:
-    cards = [10, 100, 1000, 5000]
-    pop = feature_popularity(cards)
+    cards = [10, 300, 1000, 5000]
     for budget in (7000, 20_000, 60_000, 200_000):
-        dims = alpha_power_dims(pop, 0.3, 32, rows=cards, param_budget=budget)
+        dims = md_dims(cards, 0.3, 32, param_budget=budget)
         used = sum(n * d for n, d in zip(cards, dims, strict=True))
         assert used <= budget
-        bigger = alpha_power_dims(pop, 0.3, 32, rows=cards, param_budget=int(used * 1.2) + 50)
+        bigger = md_dims(cards, 0.3, 32, param_budget=int(used * 1.2) + 50)
         assert sum(n * d for n, d in zip(cards, bigger, strict=True)) >= used
-    assert alpha_power_dims(pop, 0.3, 32, rows=cards, param_budget=10**9) == [32] * 4
+    assert md_dims(cards, 0.3, 32, param_budget=10**9) == [32] * 4
     with pytest.raises(ConfigError, match="param_budget"):
-        alpha_power_dims(pop, 0.3, 32, rows=cards, param_budget=100)
+        md_dims(cards, 0.3, 32, param_budget=100)
 
 
 @pytest.mark.parametrize("backend", ["fbgemm", "torch"])
 def test_mixed_dim_lookup_is_table_row_times_projection(backend: str) -> None:
     cards = [8, 30, 100_000]
-    emb = MixedDimEmbedding(MixedDimOptions(alpha=0.3, dim=16, backend=backend), context(cards))
+    options = MixedDimOptions(alpha=0.3, dim=16, threshold=0, backend=backend)
+    emb = MixedDimEmbedding(options, context(cards))
     assert emb.dims[0] == 16 and emb.dims[2] < emb.dims[1] < 16
     by_dim = {w.shape[0]: w.detach() for w in emb.tables.weights()}  # rows are distinct here
     gen = torch.Generator().manual_seed(5)

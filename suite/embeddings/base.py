@@ -10,25 +10,40 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
-from suite.embeddings.tables import Backend, PhysicalTables, SparseOptimizer
+from suite.embeddings.tables import (
+    FBGEMM_DIM_MULTIPLE,
+    Backend,
+    PhysicalTables,
+    SparseOptimizer,
+)
 
-FBGEMM_DIM_MULTIPLE = 4
-"""fbgemm's table-batched kernels need every table dim to be a multiple of 4."""
+Init = Literal["reference", "torch"]
+"""``reference``: as the method's (or backbone's) reference code initialises it;
+``torch``: the suite's earlier scheme (torch defaults for dense layers, every physical
+table uniform in ``±sqrt(1/rows)``)."""
 
 
 class EmbeddingOptions(BaseModel):
-    """Options every embedding method has."""
+    """Options every embedding method has.
+
+    ``init``: for ``full`` and ``hash`` the reference (``create_emb`` in the DLRM
+    reference, whose hashed tables are its ``--max-ind-range`` tables) and the ``torch``
+    scheme coincide: uniform in ``±sqrt(1/n)``, ``n`` the table's rows. ``qr`` and
+    ``mixed_dim`` say what their reference does; ``fiited`` draws its own pool.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dim: int = Field(16, ge=1, description="embedding dim D the backbone sees")
     backend: Backend = Field("fbgemm", description="fbgemm table-batched kernel, or torch.nn")
+    init: Init = Field("reference", description="reference: as the method's reference code")
 
     @model_validator(mode="after")
     def _fbgemm_dim(self) -> EmbeddingOptions:
@@ -94,6 +109,10 @@ class EmbeddingMethod(nn.Module):
         """Forward FLOPs per example spent by the method itself (combines, projections)."""
         return 0
 
+    def layout(self) -> dict[str, Any]:
+        """How the method stores its features (JSON-able), for run results."""
+        return {}
+
 
 class IndexTransform(nn.Module):
     """Maps ``sparse [B, F]`` to ``ids [B, T]`` into ``T`` physical tables."""
@@ -154,6 +173,7 @@ class ComposedEmbedding(EmbeddingMethod):
         dim: int,
         context: EmbeddingContext,
         backend: Backend = "fbgemm",
+        init_bounds: list[tuple[float, float]] | None = None,
     ) -> None:
         super().__init__()
         self.dim = dim
@@ -167,6 +187,7 @@ class ComposedEmbedding(EmbeddingMethod):
             learning_rate=context.sparse_lr,
             device=context.device,
             seed=context.seed,
+            init_bounds=init_bounds,
         )
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
@@ -188,3 +209,11 @@ class ComposedEmbedding(EmbeddingMethod):
 
     def flops_per_example(self) -> int:
         return self.combine.flops_per_example()
+
+    def layout(self) -> dict[str, Any]:
+        """Rows, dim and backend (``fbgemm`` kernel or ``torch``) of every physical table."""
+        return {
+            "table_rows": list(self.tables.rows),
+            "table_dims": list(self.tables.dims),
+            "table_backends": self.tables.table_backends(),
+        }

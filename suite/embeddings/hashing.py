@@ -64,9 +64,10 @@ class CountedComposedEmbedding(ComposedEmbedding):
     tensors (learned parameters under ``parameters``, index buffers under ``auxiliary``)
     and whose :meth:`memory` is their summed ``nbytes``.
 
-    The one exception is the optimizer figure of the ``torch`` backend: that state lives
-    in the torch sparse optimizer the engine creates, not in a tensor this module owns, so
-    it is the size that optimizer holds (:meth:`PhysicalTables.optimizer_bytes`).
+    The one exception is the optimizer state of tables off the fbgemm kernel (the ``torch``
+    backend, or dims the kernel cannot take): it lives in the torch sparse optimizer the
+    engine creates, not in a tensor this module owns, so it is the size that optimizer
+    holds (:meth:`PhysicalTables.unfused_optimizer_bytes`).
     """
 
     def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
@@ -80,7 +81,7 @@ class CountedComposedEmbedding(ComposedEmbedding):
     def memory(self) -> EmbeddingBytes:
         tensors = self.storage_tensors()
         total = {key: sum(t.nbytes for t in values) for key, values in tensors.items()}
-        optimizer = total["optimizer"] if self.tables.fused else self.tables.optimizer_bytes()
+        optimizer = total["optimizer"] + self.tables.unfused_optimizer_bytes()
         return EmbeddingBytes(total["parameters"], total["auxiliary"], optimizer)
 
 

@@ -7,6 +7,10 @@ remainder, so every id keeps a distinct pair of rows. The pair is combined by an
 element-wise product (``mult``, the reference default), a sum (``add``) or by
 concatenating a ``ceil(D/2)``-dim quotient half with a ``floor(D/2)``-dim remainder half
 (``concat``). Features with ``n <= threshold`` keep one full table.
+
+With ``init: reference`` the tables start as the reference's ``QREmbeddingBag`` draws
+them (:func:`qr_reference_bounds`); ``init: torch`` draws every table uniform in
+``±sqrt(1/rows)`` of its own rows.
 """
 
 from __future__ import annotations
@@ -50,6 +54,21 @@ def qr_dims(dim: int, operation: Operation) -> tuple[int, int]:
     if operation == "concat":
         return math.ceil(dim / 2), dim // 2
     return dim, dim
+
+
+def qr_reference_bounds(cardinalities: list[int], pairs: list[bool]) -> list[tuple[float, float]]:
+    """Uniform init bounds of each physical table as the DLRM reference draws them.
+
+    ``QREmbeddingBag.reset_parameters`` calls ``nn.init.uniform_(w, sqrt(1/n))``, whose
+    second argument is the *lower* bound: both the quotient and the remainder table of a
+    feature with ``n`` ids start uniform in ``[sqrt(1/n), 1)`` (all positive). Features at
+    or below the threshold are plain tables, uniform in ``±sqrt(1/n)`` (``create_emb``).
+    """
+    bounds: list[tuple[float, float]] = []
+    for n, pair in zip(cardinalities, pairs, strict=True):
+        low = math.sqrt(1.0 / n)
+        bounds.extend([(low, 1.0), (low, 1.0)] if pair else [(-low, low)])
+    return bounds
 
 
 class QRCombine(Combine):
@@ -119,5 +138,15 @@ class QREmbedding(CountedComposedEmbedding):
                 pairs.append(False)
         transform = DivModTransform(sources, divisors, moduli).to(context.device)
         combine = QRCombine(pairs, options.dim, options.operation).to(context.device)
-        super().__init__(transform, combine, options.dim, context, backend=options.backend)
+        bounds = None
+        if options.init == "reference":
+            bounds = qr_reference_bounds(context.cardinalities, pairs)
+        super().__init__(
+            transform,
+            combine,
+            options.dim,
+            context,
+            backend=options.backend,
+            init_bounds=bounds,
+        )
         self.options = options

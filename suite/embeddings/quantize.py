@@ -42,9 +42,10 @@ class QuantizedEmbedding(EmbeddingMethod):
 
     ``forward(sparse [B, F]) -> [B, F, D]`` float32, like the method it came from.
     Inference only: it has no trainable tables. Tables whose dim is not a multiple of 4
-    (the kernel's requirement; e.g. torch-backend mixed-dim tables) are stored padded with
-    copies of their first column, which leaves each row's range, and so its quantization,
-    unchanged; the padding is dropped after the lookup and counted in :meth:`memory`.
+    (the kernel's requirement; e.g. the dim 1-3 tables of mixed-dim, which trained on the
+    torch path) are stored padded with copies of their first column, which leaves each
+    row's range, and so its quantization, unchanged; the padding is dropped after the
+    lookup and counted in :meth:`memory` (so a dim-1 table costs what a dim-4 one does).
     """
 
     def __init__(self, method: ComposedEmbedding, precision: Precision) -> None:

@@ -42,16 +42,44 @@ def optimizer_state_floats(rows: int, dim: int, optimizer: SparseOptimizer) -> i
     return {"rowwise_adagrad": rows, "adagrad": rows * dim, "sgd": 0}[optimizer]
 
 
+FBGEMM_DIM_MULTIPLE = 4
+"""fbgemm's table-batched kernels need every table dim to be a multiple of 4."""
+
+
+def uniform_bounds(rows: list[int]) -> list[tuple[float, float]]:
+    """The DLRM reference's table init: uniform in ``±sqrt(1/n)``, ``n`` the table's rows."""
+    return [(-math.sqrt(1.0 / n), math.sqrt(1.0 / n)) for n in rows]
+
+
+def initial_values(
+    rows: list[int], dims: list[int], bounds: list[tuple[float, float]], seed: int
+) -> list[torch.Tensor]:
+    """Each table's starting ``[rows_t, dims_t]`` values, uniform in ``bounds[t]``, drawn
+    in table order from one generator seeded with ``seed`` (the one place tables are
+    initialised, whatever the backend)."""
+    generator = torch.Generator().manual_seed(seed)
+    values = []
+    for n, d, (low, high) in zip(rows, dims, bounds, strict=True):
+        mid, half = (low + high) / 2, (high - low) / 2
+        x = (torch.rand(n, d, generator=generator) * 2 - 1) * half
+        values.append(x + mid if mid else x)
+    return values
+
+
 class PhysicalTables(nn.Module):
     """``T`` tables of ``rows[t] x dims[t]``, looked up together.
 
     ``forward(ids [B, T] int64) -> [B, sum(dims)]``: row ``ids[:, t]`` of table ``t``,
-    concatenated over ``t``. Rows start uniform in ``±sqrt(1/rows)`` (as the DLRM
-    reference), drawn from ``seed``.
+    concatenated over ``t``. Table ``t`` starts uniform in ``init_bounds[t]`` (default
+    ``±sqrt(1/rows[t])``, as the DLRM reference), drawn from ``seed``
+    (:func:`initial_values`).
 
-    With ``backend="fbgemm"`` the update is fused into the backward pass (the kernel owns
-    its optimizer state); with ``"torch"`` the tables yield sparse gradients that
-    :class:`RowwiseAdagrad` / ``torch.optim`` apply.
+    With ``backend="fbgemm"`` the tables live in one table-batched kernel whose update is
+    fused into the backward pass (the kernel owns its optimizer state), except tables
+    whose dim the kernel cannot take (not a multiple of 4): those, and every table with
+    ``"torch"``, are ``torch.nn`` tables with sparse gradients that
+    :class:`RowwiseAdagrad` / ``torch.optim`` apply (the same update), the tables of one
+    dim stacked in one ``nn.Embedding`` (one lookup per dim). No table is widened.
     """
 
     def __init__(
@@ -63,45 +91,87 @@ class PhysicalTables(nn.Module):
         learning_rate: float = 0.05,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        init_bounds: list[tuple[float, float]] | None = None,
     ) -> None:
         super().__init__()
         if len(rows) != len(dims) or not rows:
             raise ValueError("rows and dims must be equal-length, non-empty lists")
+        bounds = uniform_bounds(rows) if init_bounds is None else list(init_bounds)
+        if len(bounds) != len(rows):
+            raise ValueError("init_bounds must give one (low, high) per table")
         self.rows, self.dims = list(rows), list(dims)
         self.backend, self.optimizer_name = backend, optimizer
         self.learning_rate = learning_rate
         device = torch.device(device)
-        generator = torch.Generator().manual_seed(seed)
-        init = [
-            (torch.rand(n, d, generator=generator) * 2 - 1) * math.sqrt(1.0 / n)
-            for n, d in zip(rows, dims, strict=True)
-        ]
-        if backend == "fbgemm":
+        init = initial_values(self.rows, self.dims, bounds, seed)
+        in_kernel = [backend == "fbgemm" and d % FBGEMM_DIM_MULTIPLE == 0 for d in self.dims]
+        self.kernel_tables = [t for t, k in enumerate(in_kernel) if k]
+        self.bag_tables = [t for t, k in enumerate(in_kernel) if not k]
+        self.kernel: nn.Module | None = None
+        if self.kernel_tables:
             self.kernel = self._make_kernel(device, optimizer, learning_rate)
             with torch.no_grad():
-                for weight, values in zip(self.kernel.split_embedding_weights(), init, strict=True):
-                    weight.copy_(values)
-            self.bags = None
-        else:
-            self.kernel = None
-            self.bags = nn.ModuleList()
-            for values in init:
-                bag = nn.EmbeddingBag(values.shape[0], values.shape[1], mode="sum", sparse=True)
-                with torch.no_grad():
-                    bag.weight.copy_(values)
-                self.bags.append(bag.to(device))
+                weights = self.kernel.split_embedding_weights()
+                for weight, t in zip(weights, self.kernel_tables, strict=True):
+                    weight.copy_(init[t])
+        self.bags = nn.ModuleList()
+        self._bag_slices: dict[int, tuple[int, int, int]] = {}  # table -> (group, start, end)
+        self.bag_groups = self._build_bags(init, device)
+        # the output is [kernel tables | group 0 | group 1 ...]; put columns in table order
+        layout = [*self.kernel_tables, *(t for group in self.bag_groups for t in group)]
+        self._in_order = layout == list(range(len(self.rows)))
+        self._kernel_prefix = self.kernel_tables == list(range(len(self.kernel_tables)))
+        kernel_ids = (
+            None if self._kernel_prefix else torch.tensor(self.kernel_tables, device=device)
+        )
+        self.register_buffer("_kernel_ids", kernel_ids, persistent=False)
+        columns = None
+        if not self._in_order:
+            starts, col = {}, 0
+            for t in layout:
+                starts[t], col = col, col + self.dims[t]
+            order = [c for t in range(len(rows)) for c in range(starts[t], starts[t] + dims[t])]
+            columns = torch.tensor(order, device=device)
+        self.register_buffer("_columns", columns, persistent=False)
+
+    def _build_bags(self, init: list[torch.Tensor], device: torch.device) -> list[list[int]]:
+        """The tables off the kernel: one stacked ``nn.Embedding`` per dim, table ``t`` at
+        rows ``[start_t, start_t + rows_t)`` (a row-wise update does not see the stacking).
+        Returns the tables of each group."""
+        groups: dict[int, list[int]] = {}
+        for t in self.bag_tables:
+            groups.setdefault(self.dims[t], []).append(t)
+        for g, group in enumerate(groups.values()):
+            starts = [0]
+            for t in group:
+                starts.append(starts[-1] + self.rows[t])
+                self._bag_slices[t] = (g, starts[-2], starts[-1])
+            # given its weight, nn.Embedding draws nothing from torch's global generator, so
+            # the backbone built after it starts the same whatever the embedding method
+            values = torch.cat([init[t] for t in group]).to(device)
+            self.bags.append(nn.Embedding(starts[-1], values.shape[1], sparse=True, _weight=values))
+            ids = torch.tensor(group, device=device)
+            self.register_buffer(f"_group_ids_{g}", ids, persistent=False)
+            first_rows = torch.tensor(starts[:-1], device=device)
+            self.register_buffer(f"_group_starts_{g}", first_rows, persistent=False)
+        return list(groups.values())
+
+    def table_backends(self) -> list[str]:
+        """Where each table lives: ``"fbgemm"`` (the fused kernel) or ``"torch"``."""
+        kernel = set(self.kernel_tables)
+        return ["fbgemm" if t in kernel else "torch" for t in range(len(self.rows))]
 
     def _make_kernel(self, device: torch.device, optimizer: str, learning_rate: float) -> nn.Module:
         emb_optim, location, pooling, compute, tbe = _fbgemm()
         on_gpu = device.type == "cuda"
         specs = [
             (
-                n,
-                d,
+                self.rows[t],
+                self.dims[t],
                 location.DEVICE if on_gpu else location.HOST,
                 compute.CUDA if on_gpu else compute.CPU,
             )
-            for n, d in zip(self.rows, self.dims, strict=True)
+            for t in self.kernel_tables
         ]
         kind = {
             "rowwise_adagrad": emb_optim.EXACT_ROWWISE_ADAGRAD,
@@ -121,51 +191,73 @@ class PhysicalTables(nn.Module):
 
     @property
     def fused(self) -> bool:
-        """True when the kernel applies the sparse update itself."""
+        """True when a kernel applies (some of) the sparse update itself."""
         return self.kernel is not None
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def _kernel_lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        assert self.kernel is not None
         batch, tables = ids.shape
+        flat = ids.t().reshape(-1)
+        offsets = torch.arange(batch * tables + 1, dtype=flat.dtype, device=flat.device)
+        return self.kernel(flat, offsets)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        batch = ids.shape[0]
+        pieces = []
         if self.kernel is not None:
-            flat = ids.t().reshape(-1)
-            offsets = torch.arange(batch * tables + 1, dtype=flat.dtype, device=flat.device)
-            return self.kernel(flat, offsets)
-        assert self.bags is not None
-        return torch.cat([bag(ids[:, t : t + 1]) for t, bag in enumerate(self.bags)], dim=1)
+            if len(self.kernel_tables) == len(self.rows):
+                kernel_ids = ids
+            elif self._kernel_prefix:
+                kernel_ids = ids[:, : len(self.kernel_tables)]
+            else:
+                kernel_ids = ids.index_select(1, self._kernel_ids)
+            pieces.append(self._kernel_lookup(kernel_ids))
+        for g, bag in enumerate(self.bags):
+            group_ids = ids.index_select(1, getattr(self, f"_group_ids_{g}"))
+            rows = bag(group_ids + getattr(self, f"_group_starts_{g}"))  # [B, T_g, d]
+            pieces.append(rows.reshape(batch, -1))
+        out = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+        return out if self._in_order else out.index_select(1, self._columns)
 
     def weights(self) -> list[torch.Tensor]:
         """Each table's ``[rows_t, dims_t]`` weight (views of the real storage)."""
+        out: list[torch.Tensor | None] = [None] * len(self.rows)
         if self.kernel is not None:
-            return list(self.kernel.split_embedding_weights())
-        assert self.bags is not None
-        return [bag.weight for bag in self.bags]
+            for t, w in zip(self.kernel_tables, self.kernel.split_embedding_weights(), strict=True):
+                out[t] = w
+        for t, (g, lo, hi) in self._bag_slices.items():
+            out[t] = self.bags[g].weight[lo:hi]
+        return [w for w in out if w is not None]
 
     def sparse_parameters(self) -> list[nn.Parameter]:
-        """Parameters with sparse gradients for a torch sparse optimizer (torch backend)."""
-        return [] if self.bags is None else [bag.weight for bag in self.bags]
+        """Parameters with sparse gradients for a torch sparse optimizer (tables off the kernel)."""
+        return [bag.weight for bag in self.bags]
 
     def parameter_bytes(self) -> int:
         return sum(n * d for n, d in zip(self.rows, self.dims, strict=True)) * 4
 
-    def optimizer_bytes(self) -> int:
+    def optimizer_bytes(self, tables: list[int] | None = None) -> int:
+        """Optimizer-state bytes of ``tables`` (default all), wherever that state lives."""
+        chosen = range(len(self.rows)) if tables is None else tables
         return 4 * sum(
-            optimizer_state_floats(n, d, self.optimizer_name)
-            for n, d in zip(self.rows, self.dims, strict=True)
+            optimizer_state_floats(self.rows[t], self.dims[t], self.optimizer_name) for t in chosen
         )
 
+    def unfused_optimizer_bytes(self) -> int:
+        """Optimizer-state bytes the torch sparse optimizer holds for the tables off the kernel."""
+        return self.optimizer_bytes(self.bag_tables)
+
     def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
-        """The real tensors behind :meth:`parameter_bytes` and :meth:`optimizer_bytes`."""
+        """The real tensors behind :meth:`parameter_bytes` and the kernel's share of
+        :meth:`optimizer_bytes` (the rest lives in the torch sparse optimizer)."""
+        parameters: list[torch.Tensor] = []
+        optimizer: list[torch.Tensor] = []
         if self.kernel is not None:
-            states = [s for table in self.kernel.split_optimizer_states() for s in table]
-            return {
-                "parameters": [
-                    self.kernel.weights_host
-                    if self.kernel.weights_host.numel()
-                    else self.kernel.weights_dev
-                ],
-                "optimizer": states,
-            }
-        return {"parameters": [bag.weight for bag in self.bags or []], "optimizer": []}
+            k = self.kernel
+            parameters.append(k.weights_host if k.weights_host.numel() else k.weights_dev)
+            optimizer = [s for table in k.split_optimizer_states() for s in table]
+        parameters += [bag.weight for bag in self.bags]
+        return {"parameters": parameters, "optimizer": optimizer}
 
 
 class RowwiseAdagrad(torch.optim.Optimizer):

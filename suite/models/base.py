@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import torch
@@ -40,6 +41,32 @@ def mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
         if final_activation or i < len(sizes) - 2:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def _linears(module: nn.Module) -> list[nn.Linear]:
+    return [m for m in module.modules() if isinstance(m, nn.Linear)]
+
+
+@torch.no_grad()
+def dlrm_reference_init_(module: nn.Module) -> None:
+    """Every ``nn.Linear`` of ``module`` as the DLRM reference's ``create_mlp`` draws it:
+    weight ``[m, n]`` from ``N(0, sqrt(2 / (m + n)))``, bias ``[m]`` from
+    ``N(0, sqrt(1 / m))`` (``n`` inputs, ``m`` outputs), from torch's global generator."""
+    for layer in _linears(module):
+        m, n = layer.out_features, layer.in_features
+        layer.weight.normal_(0.0, math.sqrt(2.0 / (m + n)))
+        if layer.bias is not None:
+            layer.bias.normal_(0.0, math.sqrt(1.0 / m))
+
+
+@torch.no_grad()
+def keras_dense_init_(module: nn.Module) -> None:
+    """Every ``nn.Linear`` of ``module`` as a Keras ``Dense`` layer starts (the default of
+    the TensorFlow reference code): Glorot-uniform weight, zero bias."""
+    for layer in _linears(module):
+        nn.init.xavier_uniform_(layer.weight)
+        if layer.bias is not None:
+            layer.bias.zero_()
 
 
 def linear_flops(module: nn.Module) -> int:

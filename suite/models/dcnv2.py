@@ -5,6 +5,11 @@ computes ``x_{l+1} = x0 * (W x_l + b) + x_l`` with a full-rank ``W`` or a low-ra
 ``U (V^T x_l)`` (the paper's cost-saving form, ``rank`` r). ``stacked`` feeds the cross
 network's output to the MLP; ``parallel`` runs both on ``x0`` and concatenates their
 outputs. A final linear layer gives the logit.
+
+``init: reference`` starts the layers as the paper's TensorFlow code does
+(tensorflow_recommenders ``layers.dcn.Cross`` and Keras ``Dense`` defaults): cross
+kernels from a normal of std 0.05 truncated at two std, cross biases zero, MLP and head
+Glorot-uniform with zero biases. ``init: torch`` keeps torch's ``nn.Linear`` defaults.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from suite.models.base import Backbone, LayerSizes, linear_flops, mlp
+from suite.embeddings.base import Init
+from suite.models.base import Backbone, LayerSizes, keras_dense_init_, linear_flops, mlp
 from suite.registry import MODELS
 
 
@@ -28,6 +34,11 @@ class DCNv2Options(BaseModel):
     rank: int | None = Field(None, ge=1, description="low-rank cross (U V^T); None: full rank")
     structure: Literal["stacked", "parallel"] = "stacked"
     mlp: LayerSizes = [256, 128]
+    init: Init = Field("reference", description="reference: the paper's TensorFlow defaults")
+
+
+CROSS_KERNEL_STD = 0.05
+"""Keras' ``truncated_normal`` initializer: std 0.05, redrawn beyond two std."""
 
 
 class CrossLayer(nn.Module):
@@ -42,6 +53,16 @@ class CrossLayer(nn.Module):
 
     def forward(self, x0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return x0 * self.weight(x) + x
+
+    @torch.no_grad()
+    def reference_init_(self) -> None:
+        """Kernels truncated-normal (std 0.05, cut at two std), biases zero."""
+        for layer in self.weight.modules():
+            if isinstance(layer, nn.Linear):
+                std = CROSS_KERNEL_STD
+                nn.init.trunc_normal_(layer.weight, 0.0, std, -2 * std, 2 * std)
+                if layer.bias is not None:
+                    layer.bias.zero_()
 
 
 @MODELS.register("dcnv2")
@@ -64,6 +85,11 @@ class DCNv2(Backbone):
         mlp_out = options.mlp[-1] if options.mlp else width
         head_in = mlp_out + (width if options.structure == "parallel" else 0)
         self.head = nn.Linear(head_in, 1)
+        if options.init == "reference":
+            keras_dense_init_(self.mlp)
+            keras_dense_init_(self.head)
+            for layer in self.cross:
+                layer.reference_init_()
 
     def forward(self, dense: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
         """``dense [B, Dd]``, ``embedded [B, F, D]`` -> logits ``[B]``."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from suite.models.base import Backbone, LayerSizes, linear_flops, mlp
+from suite.embeddings.base import Init
+from suite.models.base import Backbone, LayerSizes, dlrm_reference_init_, linear_flops, mlp
 from suite.registry import MODELS
 
 
@@ -16,7 +17,9 @@ class DLRMOptions(BaseModel):
 
     ``bottom_mlp`` lists the hidden widths; a last layer to the embedding dim is added (the
     reference's ``13-512-256-64-16`` is ``bottom_mlp: 512-256-64`` with dim 16). ``top_mlp``
-    lists hidden widths; a last layer to one logit is added.
+    lists hidden widths; a last layer to one logit is added. ``init: reference`` draws the
+    MLPs as the reference's ``create_mlp`` (:func:`dlrm_reference_init_`); ``torch``
+    keeps torch's ``nn.Linear`` defaults.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -25,6 +28,7 @@ class DLRMOptions(BaseModel):
     top_mlp: LayerSizes = [128, 64]
     interaction: Literal["dot", "cat"] = "dot"
     interaction_self: bool = False
+    init: Init = Field("reference", description="reference: dlrm_s_pytorch.py create_mlp")
 
 
 @MODELS.register("dlrm")
@@ -52,6 +56,8 @@ class DLRM(Backbone):
             top_in = vectors * dim
         self.vectors, self.dim = vectors, dim
         self.top = mlp([top_in, *options.top_mlp, 1], final_activation=False)
+        if options.init == "reference":
+            dlrm_reference_init_(self)
 
     def forward(self, dense: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
         if self.bottom is not None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
+from suite.embeddings.base import Init
 from suite.models.base import Backbone, LayerSizes, linear_flops, mlp
 from suite.registry import MODELS
 
@@ -42,6 +43,16 @@ class WukongOptions(BaseModel):
     dense_mlp: LayerSizes = [64]
     dense_embeddings: int = Field(1, ge=1, description="embeddings the dense features become")
     top_mlp: LayerSizes = [64]
+    init: Init = Field("torch", description="torch only: no reference code was published")
+
+    @field_validator("init")
+    @classmethod
+    def _no_reference(cls, value: str) -> str:
+        if value == "reference":
+            raise ValueError(
+                "wukong has no published reference code to initialise as; use init: torch"
+            )
+        return value
 
 
 class FeatureMix(nn.Module):

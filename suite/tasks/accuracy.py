@@ -76,6 +76,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
             "auxiliary": memory.auxiliary,
             "optimizer": memory.optimizer,
         },
+        "embedding_layout": model.embedding.layout(),
         "test_pred_ctr": test["pred_ctr"],
         "test_ctr": test["ctr"],
     }
