@@ -2,6 +2,7 @@
 DLRM on criteo-synth, side by side in one run.
 
     python benchmarks/bench_embeddings.py [--quick] [--steps N] [--repeats R] [--threads T]
+        [--methods full fiited ...]
 
 Each repeat trains every method in turn through the suite's one training loop
 (``suite.engine.train.train``, default options, ``max_steps`` steps), then times
@@ -9,7 +10,8 @@ inference (``suite.engine.train.predict``) over the test split with the trained 
 for composed methods, with its int8 and int4 tables (:func:`quantize_embedding`). Methods
 are interleaved within a repeat and the median over repeats is reported, so drift on a
 shared machine hits them alike. FIITED prunes every ``steps // 4`` steps and reaches its
-budget at ``steps // 2``, so its pruning and its pruned pool are part of what is timed.
+budget at ``steps // 2``, so its pruning and its pruned store are part of what is timed.
+``total vs full`` compares parameters + auxiliary + sparse optimizer state.
 
 Prints a table and writes ``results/bench/embeddings.json``.
 """
@@ -71,15 +73,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--eval-batch", type=int, default=4096)
     parser.add_argument("--quick", action="store_true", help="smaller test split, fewer steps")
+    parser.add_argument(
+        "--methods", nargs="+", default=METHODS, choices=METHODS, help="methods (full always)"
+    )
     args = parser.parse_args()
+    methods = ["full", *(m for m in args.methods if m != "full")]
     steps, repeats = (60, 2) if args.quick else (args.steps, args.repeats)
     dataset = {"test_rows": 10_000, "val_rows": 5_000} if args.quick else {}
 
-    train_rate: dict[str, list[float]] = {m: [] for m in METHODS}
+    train_rate: dict[str, list[float]] = {m: [] for m in methods}
     infer_rate: dict[str, list[float]] = {}
     memory: dict[str, int] = {}
+    total: dict[str, int] = {}
     for _ in range(repeats):
-        for method in METHODS:
+        for method in methods:
             config = config_for(method, steps, args.threads, dataset)
             data = get_prepared(config.dataset, progress=False)
             model = build_model(config, data)
@@ -97,6 +104,7 @@ def main() -> None:
                 )
                 m = variant.embedding.memory()
                 memory[name] = m.parameters + m.auxiliary
+                total[name] = m.total
 
     base_train = statistics.median(train_rate["full"])
     base_infer = statistics.median(infer_rate["full"])
@@ -114,6 +122,7 @@ def main() -> None:
                 "infer vs full": infer / base_infer,
                 "embedding MiB": memory[name] / 2**20,
                 "bytes vs full": memory[name] / memory["full"],
+                "total vs full": total[name] / total["full"],
             }
         )
     print(
@@ -122,7 +131,7 @@ def main() -> None:
     )
     columns = [
         "method", "train samples/s", "train vs full", "infer samples/s", "infer vs full",
-        "embedding MiB", "bytes vs full",
+        "embedding MiB", "bytes vs full", "total vs full",
     ]  # fmt: skip
     print_table(rows, columns)
     path = write_json(

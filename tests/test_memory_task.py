@@ -37,6 +37,10 @@ def _flags(cache: str) -> list[str]:
     return [arg for s in sets for arg in ("--set", s)] + ["--quiet", "--no-tracking"]
 
 
+FAST_FIITED = ["embedding.options.prune_every=8", "embedding.options.warmup_steps=32"]
+FAST_FIITED_FLAGS = [arg for s in FAST_FIITED for arg in ("--set", s)]
+
+
 def _has_backend(embedding: str) -> bool:
     options = getattr(EMBEDDINGS.get(embedding), "Options", None)
     return options is not None and "backend" in options.model_fields
@@ -61,6 +65,7 @@ def test_memory_runs_for_every_model_and_embedding(
         "--out",
         str(out),
         *_flags(shared_cache),
+        *(FAST_FIITED_FLAGS if embedding == "fiited" else []),
     ]
     assert main(argv) == 0
     result = json.loads(out.read_text())
@@ -82,6 +87,10 @@ def test_memory_runs_for_every_model_and_embedding(
     assert m["compression_ratio"] == pytest.approx(m["full_embedding_bytes"] / m["embedding_bytes"])
     if embedding == "full":
         assert m["compression_ratio"] == 1.0
+    assert m["embedding_index_bytes"] + m["embedding_utility_bytes"] == pytest.approx(
+        m["embedding_auxiliary_bytes"], abs=64
+    )
+    assert m["embedding_total_bytes"] == m["embedding_bytes"] + m["sparse_optimizer_bytes"]
     assert details["batch_sizes"] == {"train": 128, "inference": 512}
 
 
@@ -95,6 +104,7 @@ def test_analytic_bytes_equal_real_tensors(embedding: str, backend: str) -> None
         if not _has_backend(embedding):
             pytest.skip(f"{embedding} has no backend option")
         overrides.append(f"embedding.options.backend={backend}")
+    overrides.append("task.options.compress=false")  # compare with the model as built
     config = tiny_config(embedding=embedding, task="memory", overrides=overrides)
     data = get_prepared(config.dataset, progress=False)
     model = build_model(config, data)
@@ -144,3 +154,26 @@ def test_peak_memory_sees_a_transient_allocation() -> None:
 def test_tensor_bytes_counts_a_tensor_once() -> None:
     a = torch.zeros(10)
     assert tensor_bytes([a, a, torch.zeros(3, dtype=torch.float64)]) == 40 + 24
+
+
+def test_fiited_at_a_tenth_budget_holds_at_most_15_percent_of_full() -> None:
+    """The memory task trains FIITED until its schedule has pruned to the 10% parameter
+    budget, then counts parameters, index, utilities and optimizer state: together at
+    most 15% of ``full``'s (parameters + optimizer state)."""
+    overrides = ["embedding.options.budget=0.1", *FAST_FIITED]
+    result = execute(tiny_config(embedding="fiited", task="memory", overrides=overrides))
+    m, details = result.metrics, result.details
+    assert details["compression_steps"] == 32
+    assert details["embedding"]["matches"]
+    # parameters at the budget (10% of full's), plus what the store keeps beside them
+    assert m["embedding_parameter_bytes"] == pytest.approx(
+        0.1 * m["full_embedding_bytes"], rel=0.01
+    )
+    assert m["embedding_index_bytes"] > 0 and m["embedding_utility_bytes"] > 0
+    assert m["embedding_total_bytes"] == (
+        m["embedding_parameter_bytes"]
+        + m["embedding_index_bytes"]
+        + m["embedding_utility_bytes"]
+        + m["sparse_optimizer_bytes"]
+    )
+    assert m["embedding_total_fraction_of_full"] <= 0.15, m

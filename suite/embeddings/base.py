@@ -105,6 +105,15 @@ class EmbeddingMethod(nn.Module):
     def after_step(self, step: int) -> None:
         """Hook called after every optimizer step (e.g. to prune)."""
 
+    def compression_steps(self) -> int:
+        """Training steps after which the method holds its compressed size (0: from the
+        start; in-training pruning such as FIITED's reaches it only after its schedule)."""
+        return 0
+
+    def auxiliary_parts(self) -> dict[str, list[torch.Tensor]]:
+        """The ``auxiliary`` storage tensors by kind (``index``, ``utilities``, ...)."""
+        return {"index": self.storage_tensors().get("auxiliary", [])}
+
     def flops_per_example(self) -> int:
         """Forward FLOPs per example spent by the method itself (combines, projections)."""
         return 0

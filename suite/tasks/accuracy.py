@@ -47,6 +47,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "embedding_bytes": float(memory.parameters + memory.auxiliary),
         "embedding_parameter_bytes": float(memory.parameters),
         "embedding_auxiliary_bytes": float(memory.auxiliary),
+        "embedding_optimizer_bytes": float(memory.optimizer),
         "flops_per_example": float(model.flops_per_example()),
     }
     higher = {
@@ -58,6 +59,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "embedding_bytes": False,
         "embedding_parameter_bytes": False,
         "embedding_auxiliary_bytes": False,
+        "embedding_optimizer_bytes": False,
         "flops_per_example": False,
     }
     if model.payload is not None:

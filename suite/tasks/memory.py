@@ -1,11 +1,18 @@
 """``memory``: bytes by component, peak memory of a step, and the compression ratio.
 
+Everything is measured after the method's compression has happened: a method that
+compresses during training (FIITED prunes along a schedule) is first trained through the
+one training loop for :meth:`~suite.embeddings.base.EmbeddingMethod.compression_steps`
+steps (``compress: false`` measures the model as built).
+
 Components (bytes of the real tensors; the embedding method's analytic
 :meth:`~suite.embeddings.base.EmbeddingMethod.memory` is checked against them):
 
-- embedding parameters, auxiliary structures (index maps, chunk pools) and sparse
-  optimizer state, from :meth:`~suite.embeddings.base.EmbeddingMethod.storage_tensors`
-  plus, for tables with sparse gradients, the torch sparse optimizer's state tensors;
+- embedding parameters, auxiliary structures (split by
+  :meth:`~suite.embeddings.base.EmbeddingMethod.auxiliary_parts` into index and
+  utilities) and sparse optimizer state, from
+  :meth:`~suite.embeddings.base.EmbeddingMethod.storage_tensors` plus, for tables with
+  sparse gradients, the torch sparse optimizer's state tensors;
 - dense parameters (backbone, and dense parameters the embedding method owns outside its
   storage, e.g. projections) and the dense optimizer's state tensors, measured after
   one real training step (Adam allocates its state on the first step).
@@ -24,12 +31,14 @@ inference forward, with the batch already built and on the device:
   needed beyond what the process already held, not every transient allocation.
 
 Compression ratio: the same config with ``full`` embeddings (same dim and backend) is
-built and its ``(parameters + auxiliary)`` bytes divided by this method's.
+built and its ``(parameters + auxiliary)`` bytes divided by this method's;
+``embedding_total_fraction_of_full`` compares totals with optimizer state.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import re
 import threading
 import time
@@ -61,6 +70,9 @@ class MemoryOptions(BaseModel):
         None, ge=1, description="inference batch; default train.eval_batch_size"
     )
     compare_full: bool = Field(True, description="build the full-embedding config for the ratio")
+    compress: bool = Field(
+        True, description="train until the embedding method's compression is done (e.g. pruning)"
+    )
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -183,13 +195,35 @@ def dense_parameter_split(
     return {"backbone": backbone, "embedding": embedding}
 
 
+def _compress(model: RecModel, ctx: RunContext) -> int:
+    """Train ``model`` through the one training loop until its embedding method holds its
+    compressed size; return the steps taken (0 for methods compressed from the start)."""
+    from suite.engine.train import train
+
+    steps = model.embedding.compression_steps()
+    if steps <= 0:
+        return 0
+    cfg = ctx.config.train
+    per_epoch = max(1, math.ceil(len(ctx.data.split("train")) / cfg.batch_size))
+    budget = cfg.model_copy(
+        update={
+            "max_steps": steps,
+            "epochs": math.ceil(steps / per_epoch),
+            "checkpoint": "final",
+            "eval_every_steps": None,
+        }
+    )
+    return train(model, ctx.data, budget, ctx.config.seed, ctx.device).steps
+
+
 def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
-    """Build the config's model, run two training steps and one inference forward, and
-    return its byte counts and peaks."""
+    """Build the config's model, train it until its compression is done, run two more
+    training steps and one inference forward, and return its byte counts and peaks."""
     from suite.engine.train import make_optimizers, train_step
 
     cfg, device = ctx.config, ctx.device
     model = ctx.build_model()
+    done = _compress(model, ctx) if opts.compress else 0
     dense_opt, sparse_opt = make_optimizers(model, cfg.train)
     train_loader = BatchLoader(
         ctx.data.split("train"),
@@ -205,11 +239,11 @@ def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
 
     model.train()
     train_step(model, train_batch, dense_opt, sparse_opt)  # optimizer state now exists
-    model.embedding.after_step(1)
+    model.embedding.after_step(done + 1)
 
     def training() -> None:
         train_step(model, train_batch, dense_opt, sparse_opt)
-        model.embedding.after_step(2)
+        model.embedding.after_step(done + 2)
 
     def inference() -> None:
         with torch.no_grad():
@@ -223,12 +257,15 @@ def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
     analytic = model.embedding.memory()
     storage = model.embedding.storage_tensors()
     sparse_state = [*storage.get("optimizer", []), *optimizer_state_tensors(sparse_opt)]
+    parts = model.embedding.auxiliary_parts()
     return {
         "real": {
             "parameters": tensor_bytes(storage.get("parameters", [])),
             "auxiliary": tensor_bytes(storage.get("auxiliary", [])),
             "optimizer": tensor_bytes(sparse_state),
         },
+        "auxiliary_parts": {k: tensor_bytes(v) for k, v in parts.items()},
+        "compression_steps": done,
         "analytic": {
             "parameters": analytic.parameters,
             "auxiliary": analytic.auxiliary,
@@ -271,12 +308,17 @@ class MemoryTask(Task):
         full_all = (
             float(full["parameters"] + full["auxiliary"] + full["optimizer"]) if full else nan
         )
+        parts = m["auxiliary_parts"]
+        embedding_total = embedding_bytes + real["optimizer"]
 
         metrics = {
             "embedding_parameter_bytes": float(real["parameters"]),
             "embedding_auxiliary_bytes": float(real["auxiliary"]),
+            "embedding_index_bytes": float(parts.get("index", 0)),
+            "embedding_utility_bytes": float(parts.get("utilities", 0)),
             "embedding_bytes": float(embedding_bytes),
             "sparse_optimizer_bytes": float(real["optimizer"]),
+            "embedding_total_bytes": float(embedding_total),
             "dense_parameter_bytes": float(dense_bytes),
             "dense_optimizer_bytes": float(dense_opt_bytes),
             "total_state_bytes": float(total),
@@ -285,6 +327,8 @@ class MemoryTask(Task):
             "inference_step_peak_bytes": float(infer_peak["peak"]),
             "inference_step_extra_bytes": float(infer_peak["extra"]),
             "full_embedding_bytes": full_emb,
+            "full_embedding_total_bytes": full_all,
+            "embedding_total_fraction_of_full": embedding_total / full_all,
             "compression_ratio": full_emb / embedding_bytes if embedding_bytes else nan,
             "compression_ratio_with_optimizer": (
                 full_all / (embedding_bytes + real["optimizer"])
@@ -302,10 +346,17 @@ class MemoryTask(Task):
             "device": ctx.device.type,
             "threads": torch.get_num_threads(),
             "batch_sizes": m["batch_sizes"],
-            "embedding": {"real": real, "analytic": analytic_bytes, "matches": mismatch == 0},
+            "embedding": {
+                "real": real,
+                "analytic": analytic_bytes,
+                "matches": mismatch == 0,
+                "auxiliary_parts": parts,
+            },
+            "compression_steps": m["compression_steps"],
             "dense_parameters": dense,
             "full_embedding": full,
             "peak_method": {"train": train_peak["method"], "inference": infer_peak["method"]},
-            "peak_step": "second training step (optimizer state allocated by the first)",
+            "peak_step": "second training step after compression (optimizer state "
+            "allocated by the first)",
         }
         return TaskOutput(metrics, higher, details)
