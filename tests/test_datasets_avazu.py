@@ -32,12 +32,14 @@ def write(tmp_path: Path, lines: list[str], header: str = HEADER) -> Path:
 
 
 def prepare(raw: Path, protocol: str | None = None, **options: object) -> PreparedDataset:
+    # hand-made fixtures: splits of a few rows, one slot prepared from several files
+    options = {"both_labels": False, "min_split_rows": 0, **options}
     spec = build_config(
         components={"dataset": "avazu"},
         values={"dataset.raw": str(raw), "dataset.protocol": protocol},
         overrides=[f"dataset.options.{k}={v}" for k, v in options.items()],
     ).dataset
-    return get_prepared(spec, progress=False, rebuild=True)
+    return get_prepared(spec, progress=False, rebuild=True, force=True)
 
 
 def column(data: PreparedDataset, split: str, name: str) -> list[int]:

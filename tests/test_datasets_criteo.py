@@ -37,6 +37,8 @@ def write(path: Path, lines: list[str], compress: bool = False) -> Path:
 
 
 def spec(name: str, raw: Path, protocol: str | None = None, **options: object):
+    # hand-made fixtures: splits of a few rows, sometimes of one label
+    options = {"both_labels": False, "min_split_rows": 0, **options}
     return build_config(
         components={"dataset": name},
         values={"dataset.raw": str(raw), "dataset.protocol": protocol},
@@ -47,7 +49,10 @@ def spec(name: str, raw: Path, protocol: str | None = None, **options: object):
 def prepare(
     raw: Path, protocol: str | None = None, name: str = "criteo-kaggle", **options: object
 ) -> PreparedDataset:
-    return get_prepared(spec(name, raw, protocol, **options), progress=False, rebuild=True)
+    # hand-made fixtures: one raw file prepared several ways into a slot
+    return get_prepared(
+        spec(name, raw, protocol, **options), progress=False, rebuild=True, force=True
+    )
 
 
 def every(data: PreparedDataset, kind: str) -> dict[str, np.ndarray]:

@@ -35,12 +35,14 @@ def write_split_dir(directory: Path, splits: dict[str, list[tuple]] = SPLITS) ->
 
 
 def prepare(name: str, raw: Path | str, **options: object) -> PreparedDataset:
+    # hand-made fixtures: splits of a few rows, one slot prepared from several files
+    options = {"both_labels": False, "min_split_rows": 0, **options}
     spec = build_config(
         components={"dataset": name},
         values={"dataset.raw": str(raw)},
         overrides=[f"dataset.options.{k}={v}" for k, v in options.items()],
     ).dataset
-    return get_prepared(spec, progress=False, rebuild=True)
+    return get_prepared(spec, progress=False, rebuild=True, force=True)
 
 
 def test_local_split_directory_keeps_the_given_splits(tmp_path: Path) -> None:

@@ -52,12 +52,14 @@ def ml100k(tmp_path: Path) -> Path:
 
 
 def prepare(raw: Path, protocol: str | None = None, **options: object) -> PreparedDataset:
+    # hand-made fixtures: splits of a few rows, one slot prepared from several files
+    options = {"both_labels": False, "min_split_rows": 0, **options}
     spec = build_config(
         components={"dataset": "movielens"},
         values={"dataset.raw": str(raw), "dataset.protocol": protocol},
         overrides=[f"dataset.options.{k}={v}" for k, v in options.items()],
     ).dataset
-    return get_prepared(spec, progress=False, rebuild=True)
+    return get_prepared(spec, progress=False, rebuild=True, force=True)
 
 
 def sparse(data: PreparedDataset, split: str, name: str) -> list[int]:

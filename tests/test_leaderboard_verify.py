@@ -238,3 +238,17 @@ def test_comparison_rules() -> None:
     assert not far["test_auc"].ok and not far["embedding_bytes"].ok  # off, and missing
     sizes = compare({"embedding_bytes": 100.0}, {"embedding_bytes": 100.5}, False, 1.0)
     assert sizes[0].tolerance == 0.0 and not sizes[0].ok  # sizes are exact everywhere
+
+
+def test_verify_refuses_prepared_arrays_overwritten_at_the_same_size(
+    board: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["leaderboard", "verify", str(only(board)), "--seed", "1", "--no-tracking"]
+    assert main(argv) == 0  # prepares the data in this test's cache ($RECSUITE_CACHE)
+    (slot,) = (tmp_path / "cache" / "criteo-synth").iterdir()
+    capsys.readouterr()
+    with open(slot / "test.label.f32", "r+b") as handle:  # same size, same inode
+        handle.write(bytes.fromhex("0000e040"))  # float32 7.0
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "test.label.f32: content does not match" in err and "label 7.0 at row 0" in err

@@ -25,6 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_set_argument(parser, "dataset option, e.g. --set min_count=4 (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a prepared slot that holds data from other raw files",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -38,7 +43,7 @@ def handle(args: argparse.Namespace) -> int:
         "dataset.cache_dir": args.cache_dir,
     }
     config = build_config(components={"dataset": args.dataset}, values=values, overrides=overrides)
-    data = get_prepared(config.dataset, progress=not args.quiet, rebuild=True)
+    data = get_prepared(config.dataset, progress=not args.quiet, rebuild=True, force=args.force)
     manifest = data.manifest
     print(f"prepared {args.dataset} (protocol {manifest.get('protocol')}) at {data.path}")
     print(f"  rows: {json.dumps(manifest['rows'])}")
@@ -46,5 +51,13 @@ def handle(args: argparse.Namespace) -> int:
         f"  features: {data.schema.num_dense} dense, {data.schema.num_sparse} sparse, "
         f"{sum(data.schema.cardinalities)} ids"
     )
+    duplicates = manifest.get("duplicates", {})
+    if duplicates.get("counted"):
+        across = sum(duplicates["across_splits"].values())
+        verb = "dropped" if duplicates["dropped"] else "kept"
+        print(
+            f"  duplicates: {duplicates['duplicate_rows']} rows repeat an earlier one "
+            f"({across} across splits; {verb})"
+        )
     print(f"  fingerprint: {data.fingerprint}")
     return 0

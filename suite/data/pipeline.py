@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,17 +35,21 @@ from tqdm import tqdm
 from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.raw import OnBadRows, RawReader
 from suite.data.schema import FeatureSchema
-from suite.data.splits import SPLIT_NAMES, TRAIN, Rows, SplitRule
+from suite.data.slot import remove_stale
+from suite.data.splits import DROP, SPLIT_NAMES, TEST, TRAIN, VAL, Rows, SplitRule
 from suite.data.vocab import (
     FIRST_ID,
     MISSING,
     RARE,
     VocabCounter,
     Vocabulary,
+    bucket_keys,
     encode_column,
+    splitmix64,
     to_numpy,
 )
 from suite.errors import DataError
+from suite.fileio import make_temp_dir
 
 WORKERS = min(4, os.cpu_count() or 1)
 
@@ -67,6 +71,21 @@ class CategoricalOptions(BaseModel):
     on_bad_rows: Literal["error", "skip"] = Field(
         "error", description="a malformed row raises an error naming file and line, or is skipped"
     )
+    min_split_rows: int = Field(
+        1, ge=0, description="fewest rows a split may have (each split needs both labels too)"
+    )
+    both_labels: bool = Field(
+        True,
+        description="every split must hold rows of both labels (false only for hand-made "
+        "fixtures of a few rows)",
+    )
+    dedupe: bool = Field(
+        False,
+        description="drop rows that repeat an earlier row exactly (train first, then val, test)",
+    )
+    duplicate_warning: float = Field(
+        0.01, ge=0, le=1, description="warn when more than this fraction of rows are duplicates"
+    )
 
 
 @dataclass
@@ -85,6 +104,30 @@ class Chunk:
     row: np.ndarray
     source: int = 0
     time: np.ndarray | None = None
+
+
+@dataclass
+class PrepareJob:
+    """Everything one prepare needs, for :func:`build_prepared`.
+
+    ``chunks`` is consumed once, lazily; ``reader`` supplies the sources' sizes, hashes and
+    row counts and the bad-row count for the manifest; ``extra`` is merged into the
+    manifest once every chunk was read (a dataset may fill it while reading); ``force``
+    replaces a slot prepared from other raw files.
+    """
+
+    dataset: str
+    protocol: str
+    options: CategoricalOptions
+    dense: list[str]
+    sparse: list[str]
+    chunks: Iterable[Chunk]
+    reader: RawReader
+    rule: SplitRule
+    out_dir: Path
+    progress: bool = True
+    force: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,13 +151,16 @@ class _Spill:
     rows: int = 0
 
     def __post_init__(self) -> None:
-        names = ["label", "dense", "local", "row"] + (["time"] if self.with_time else [])
+        names = ["label", "dense", "local", "row", "hash"] + (["time"] if self.with_time else [])
         names += [f"keys{f}" for f in range(self.num_sparse)]
         self._files = {n: open(self.directory / n, "wb") for n in names}  # noqa: SIM115
         self._key_sizes = [0] * self.num_sparse
 
-    def add(self, chunk: Chunk, local: np.ndarray, keys: list[np.ndarray]) -> None:
+    def add(
+        self, chunk: Chunk, local: np.ndarray, keys: list[np.ndarray], row_hash: np.ndarray
+    ) -> None:
         n = len(chunk.label)
+        row_hash.tofile(self._files["hash"])
         chunk.label.astype(np.float32, copy=False).tofile(self._files["label"])
         np.ascontiguousarray(chunk.dense, dtype=np.float32).tofile(self._files["dense"])
         local.tofile(self._files["local"])
@@ -167,6 +213,9 @@ class _Spill:
     def times(self) -> np.ndarray:
         return np.fromfile(self.directory / "time", dtype=np.int64, count=self.rows)
 
+    def hashes(self) -> np.ndarray:
+        return np.fromfile(self.directory / "hash", dtype=np.uint64, count=self.rows)
+
     def chunk_keys(self, record: _ChunkRecord, f: int) -> np.ndarray:
         return self._read(f"keys{f}", np.uint64, record.key_offsets[f], record.key_counts[f])
 
@@ -189,40 +238,30 @@ def _progress(enabled: bool, desc: str, total: int | None = None) -> tqdm:
     )
 
 
-def build_prepared(
-    *,
-    dataset: str,
-    protocol: str,
-    options: CategoricalOptions,
-    out_dir: Path,
-    progress: bool,
-    dense: list[str],
-    sparse: list[str],
-    chunks: Iterable[Chunk],
-    reader: RawReader,
-    rule: SplitRule,
-    extra: dict[str, Any] | None = None,
-) -> PreparedDataset:
-    """Run the read / count / write passes and publish the prepared dataset.
-
-    ``chunks`` is consumed once, lazily; ``reader`` supplies the sources' sizes, hashes and
-    row counts and the bad-row count for the manifest.
-    """
-    out_dir = Path(out_dir)
+def build_prepared(job: PrepareJob) -> PreparedDataset:
+    """Run the read / count / write passes and publish the prepared dataset."""
+    options, rule, reader, dataset = job.options, job.rule, job.reader, job.dataset
+    dense, sparse = job.dense, job.sparse
+    out_dir = Path(job.out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    spill_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.spill-", dir=out_dir.parent))
+    remove_stale(out_dir.parent, time.time())
+    spill_dir = make_temp_dir(f".{out_dir.name}.spill-{os.getpid()}-", out_dir.parent)
     cap = options.max_rows_per_table
     spill = _Spill(spill_dir, len(dense), len(sparse), rule.needs_time)
     try:
         with ThreadPoolExecutor(WORKERS) as pool:
-            with _progress(progress, f"{dataset}: read") as bar:
-                for chunk in _checked(chunks, len(dense), len(sparse)):
-                    encoded = list(pool.map(lambda col: encode_column(col, cap), chunk.sparse))
+            with _progress(job.progress, f"{dataset}: read") as bar:
+                for chunk in _checked(job.chunks, len(dense), len(sparse)):
+                    encoded = list(pool.map(lambda col: encode_column(col, None), chunk.sparse))
                     n = len(chunk.label)
                     local = np.empty((n, len(sparse)), dtype=np.int32)
                     for f, (idx, _) in enumerate(encoded):
                         local[:, f] = idx
-                    spill.add(chunk, local, [k for _, k in encoded])
+                    keys = [k for _, k in encoded]
+                    row_hash = row_hashes(chunk.label, chunk.dense, local, keys)
+                    if cap is not None:
+                        keys = [bucket_keys(k, cap) for k in keys]
+                    spill.add(chunk, local, keys, row_hash)
                     bar.update(n)
             spill.close()
             if spill.rows == 0:
@@ -231,13 +270,15 @@ def build_prepared(
                 )
             rows_per_source = {i: s.rows for i, s in enumerate(reader.sources)}
             rule.fit(rows_per_source, spill.times() if rule.needs_time else None)
-            vocabs = _count(spill, rule, options, pool, progress, dataset)
+            duplicates, drop = _duplicates(spill, rule, options)
+            warnings = [*rule.warnings, *_duplicate_warnings(dataset, duplicates, options)]
+            vocabs = _count(spill, rule, drop, options, pool, job.progress, dataset)
             schema = FeatureSchema(
                 dense=dense, sparse=sparse, cardinalities=[v.size for v in vocabs]
             )
             manifest = {
                 "dataset": dataset,
-                "protocol": protocol,
+                "protocol": job.protocol,
                 "options": options.model_dump(mode="json"),
                 "sources": [s.as_dict() for s in reader.sources],
                 "thresholds": {
@@ -257,12 +298,116 @@ def build_prepared(
                 },
                 "split": rule.describe(),
                 "bad_rows": reader.bad.as_dict(),
-                **(extra or {}),
+                "duplicates": duplicates,
+                **job.extra,
             }
-            return _write(spill, rule, schema, vocabs, out_dir, manifest, pool, progress, dataset)
+            warnings += manifest.pop("warnings", [])
+            manifest["warnings"] = warnings
+            writer = PreparedWriter(
+                out_dir,
+                schema,
+                _sparse_dtype(schema),
+                force=job.force,
+                min_split_rows=options.min_split_rows,
+                both_labels=options.both_labels,
+            )
+            return _write(spill, rule, drop, vocabs, writer, manifest, pool, job.progress, dataset)
     finally:
         spill.close_files()
         shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def row_hashes(
+    label: np.ndarray, dense: np.ndarray, local: np.ndarray, keys: list[np.ndarray]
+) -> np.ndarray:
+    """uint64 ``[n]``: a 64-bit hash of each row's label, dense bits and raw categorical
+    values (``local [n, F]`` indices into each feature's ``keys``, -1 missing), so equal
+    rows, and in practice only they, hash alike."""
+    with np.errstate(over="ignore"):
+        h = splitmix64(np.asarray(label, dtype=np.float32).view(np.uint32).astype(np.uint64))
+        for j in range(dense.shape[1]):
+            bits = np.ascontiguousarray(dense[:, j], dtype=np.float32).view(np.uint32)
+            h = splitmix64(h ^ bits.astype(np.uint64))
+        for f, k in enumerate(keys):
+            idx = local[:, f]
+            value = k[np.maximum(idx, 0)] if len(k) else np.zeros(len(idx), np.uint64)
+            value = np.where(idx < 0, _MISSING_KEY, value)
+            h = splitmix64(h ^ value)
+    return h
+
+
+_MISSING_KEY = np.uint64(0xA5A5_5A5A_C3C3_3C3C)
+DUPLICATE_MAX_ROWS = 200_000_000
+"""Above this many rows duplicates are not counted (the sort would need ~17 bytes a row)."""
+
+
+def _assign(rule: SplitRule, rows: Rows, drop: np.ndarray | None) -> np.ndarray:
+    codes = rule.assign(rows)
+    if drop is not None:
+        codes = np.where(drop[rows.position : rows.position + len(codes)], DROP, codes)
+    return codes.astype(np.uint8, copy=False)
+
+
+def _duplicates(
+    spill: _Spill, rule: SplitRule, options: CategoricalOptions
+) -> tuple[dict[str, Any], np.ndarray | None]:
+    """Count exact duplicate rows (and, with ``dedupe``, mark all but the first of each
+    for dropping): ``duplicate_rows`` repeat an earlier row (train first, then val, then
+    test, file order within a split); ``within_split`` per split; ``across_splits``: val
+    rows also in train, test rows also in train or val (leaks)."""
+    if spill.rows > DUPLICATE_MAX_ROWS:
+        return {"counted": False, "reason": f"more than {DUPLICATE_MAX_ROWS} rows"}, None
+    codes = np.empty(spill.rows, dtype=np.uint8)
+    for record in spill.records:
+        codes[record.start : record.start + record.rows] = rule.assign(spill.rows_of(record))
+    hashes = spill.hashes()
+    kept = np.flatnonzero(codes != DROP)
+    order = kept[np.lexsort((codes[kept], hashes[kept]))]  # stable: file order within ties
+    h, c = hashes[order], codes[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = h[1:] != h[:-1]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    first_code = c[group_start]
+    previous_code = np.concatenate(([255], c[:-1])).astype(np.uint8)
+    within = ~first & (previous_code == c)
+    across = ~first & (first_code < c)
+    result = {
+        "counted": True,
+        "method": "64-bit hash of label, dense bits and raw categorical values",
+        "rows_checked": len(order),
+        "duplicate_rows": int((~first).sum()),
+        "within_split": {s: int((within & (c == i)).sum()) for i, s in enumerate(SPLIT_NAMES)},
+        "across_splits": {
+            "val_in_train": int((across & (c == VAL)).sum()),
+            "test_in_train_or_val": int((across & (c == TEST)).sum()),
+        },
+        "dropped": bool(options.dedupe),
+    }
+    drop = None
+    if options.dedupe:
+        drop = np.zeros(spill.rows, dtype=bool)
+        drop[order[~first]] = True
+    return result, drop
+
+
+def _duplicate_warnings(
+    dataset: str, duplicates: dict[str, Any], options: CategoricalOptions
+) -> list[str]:
+    if not duplicates.get("counted") or options.dedupe:
+        return []
+    total = duplicates["duplicate_rows"]
+    leaks = sum(duplicates["across_splits"].values())
+    if total and total / duplicates["rows_checked"] > options.duplicate_warning:
+        return [
+            f"{dataset}: {total} rows repeat an earlier row exactly, {leaks} of them across "
+            "splits (a val/test row also in train inflates its metrics); set dedupe=true to "
+            "drop them"
+        ]
+    return []
+
+
+def _sparse_dtype(schema: FeatureSchema) -> np.dtype:
+    return np.dtype(np.int32 if max(schema.cardinalities, default=0) < 2**31 else np.int64)
 
 
 def _checked(chunks: Iterable[Chunk], num_dense: int, num_sparse: int) -> Iterator[Chunk]:
@@ -278,6 +423,7 @@ def _checked(chunks: Iterable[Chunk], num_dense: int, num_sparse: int) -> Iterat
 def _count(
     spill: _Spill,
     rule: SplitRule,
+    drop: np.ndarray | None,
     options: CategoricalOptions,
     pool: ThreadPoolExecutor,
     progress: bool,
@@ -287,10 +433,12 @@ def _count(
     with _progress(progress, f"{dataset}: count", spill.rows) as bar:
         for record in spill.records:
             if options.vocab_split == "train":
-                mask = rule.assign(spill.rows_of(record)) == TRAIN
+                mask = _assign(rule, spill.rows_of(record), drop) == TRAIN
                 if not mask.any():
                     bar.update(record.rows)
                     continue
+            elif drop is not None:
+                mask = ~drop[record.start : record.start + record.rows]
             else:
                 mask = None
             local = spill.read("local", record)
@@ -321,18 +469,18 @@ def _count(
 def _write(
     spill: _Spill,
     rule: SplitRule,
-    schema: FeatureSchema,
+    drop: np.ndarray | None,
     vocabs: list[Vocabulary],
-    out_dir: Path,
+    writer: PreparedWriter,
     manifest: dict[str, Any],
     pool: ThreadPoolExecutor,
     progress: bool,
     dataset: str,
 ) -> PreparedDataset:
-    sparse_dtype = np.int32 if max(schema.cardinalities, default=0) < 2**31 else np.int64
+    sparse_dtype = writer.sparse_dtype
     num_sparse, num_dense = spill.num_sparse, spill.num_dense
     clicks = np.zeros(3)
-    with PreparedWriter(out_dir, schema, sparse_dtype) as writer:
+    with writer:
         for split in SPLIT_NAMES:  # every split exists, even if empty
             writer.append(
                 split,
@@ -343,7 +491,7 @@ def _write(
         with _progress(progress, f"{dataset}: write", spill.rows) as bar:
             for record in spill.records:
                 rows = spill.rows_of(record)
-                codes = rule.assign(rows)
+                codes = _assign(rule, rows, drop)
                 local = spill.read("local", record)
                 ids = np.empty(local.shape, dtype=sparse_dtype)
 
@@ -414,6 +562,7 @@ def label_column(parsed_table: pa.Table, name: str) -> tuple[np.ndarray, np.ndar
 __all__ = [
     "CategoricalOptions",
     "Chunk",
+    "PrepareJob",
     "OnBadRows",
     "build_prepared",
     "chunk_from_arrays",

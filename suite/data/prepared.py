@@ -2,7 +2,9 @@
 
 Layout of a prepared directory::
 
-    manifest.json              schema, row counts, options, sources, fingerprint
+    manifest.json              schema, row counts, options, sources, fingerprint,
+                               each file's sha256, each split's ranges
+    .verified.json             checksums already verified (suite.data.integrity)
     <split>.dense.f32          float32 [N, Dd]
     <split>.sparse.i32|i64     int32/int64 [N, F]
     <split>.label.f32          float32 [N]
@@ -18,7 +20,7 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +28,19 @@ from typing import Any
 import numpy as np
 
 from suite import __version__
+from suite.data import slot
+from suite.data.integrity import (
+    check_ranges,
+    first_bad_dense,
+    first_bad_id,
+    first_bad_label,
+    verify_files,
+)
 from suite.data.schema import FeatureSchema
 from suite.errors import DataError
+from suite.fileio import make_temp_dir
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val", "test")
 
@@ -91,18 +102,36 @@ def _files(split: str, sparse_dtype: np.dtype) -> dict[str, str]:
 class PreparedWriter:
     """Streams split chunks to a temporary directory, then publishes it atomically.
 
-    Use as a context manager; if the block raises, nothing is published.
+    Use as a context manager; if the block raises, nothing is published. Every chunk is
+    checked as it is written (labels 0/1, dense values finite, ids inside their
+    vocabularies) and hashed, so the manifest records each file's sha256 and ranges
+    without a second read. ``force``: replace a slot prepared from other raw files;
+    ``min_split_rows``: the fewest rows a split may have; ``both_labels``: each split
+    must hold rows of both labels (else AUC and log loss mean nothing).
     """
 
-    def __init__(self, out_dir: Path, schema: FeatureSchema, sparse_dtype: Any = np.int32):
+    def __init__(
+        self,
+        out_dir: Path,
+        schema: FeatureSchema,
+        sparse_dtype: Any = np.int32,
+        *,
+        force: bool = False,
+        min_split_rows: int = 1,
+        both_labels: bool = True,
+    ):
         self.out_dir = Path(out_dir)
         self.schema = schema
         self.sparse_dtype = np.dtype(sparse_dtype)
+        self.force = force
+        self.min_split_rows = min_split_rows
+        self.both_labels = both_labels
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(
-            tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
-        )
+        slot.remove_stale(self.out_dir.parent, time.time())
+        self.tmp = make_temp_dir(f".{self.out_dir.name}.tmp-{os.getpid()}-", self.out_dir.parent)
         self._handles: dict[tuple[str, str], Any] = {}
+        self._hashes: dict[str, Any] = {}
+        self._ranges: dict[str, dict[str, Any]] = {}
         self.rows: dict[str, int] = {}
 
     def __enter__(self) -> PreparedWriter:
@@ -125,24 +154,74 @@ class PreparedWriter:
             "sparse": np.ascontiguousarray(sparse, dtype=self.sparse_dtype),
             "label": np.ascontiguousarray(label, dtype=np.float32),
         }
+        problem = first_bad_label(arrays["label"]) or first_bad_dense(
+            arrays["dense"], self.schema.dense
+        )
+        if problem is None and not self._track(split, arrays):
+            problem = first_bad_id(arrays["sparse"], self.schema.sparse, self.schema.cardinalities)
+        if problem:
+            raise DataError(f"split {split}: {problem}")
         for kind, name in _files(split, self.sparse_dtype).items():
             key = (split, kind)
             if key not in self._handles:
                 self._handles[key] = open(self.tmp / name, "wb")  # noqa: SIM115
-            arrays[kind].tofile(self._handles[key])
+                self._hashes[name] = hashlib.sha256()
+            data = arrays[kind]
+            data.tofile(self._handles[key])
+            self._hashes[name].update(data.reshape(-1).view(np.uint8))
         self.rows[split] = self.rows.get(split, 0) + n
+
+    def _track(self, split: str, arrays: dict[str, np.ndarray]) -> bool:
+        """Add the chunk to the split's ranges; False when an id is outside its vocabulary."""
+        ranges = self._ranges.setdefault(
+            split,
+            {
+                "sparse_min": [None] * self.schema.num_sparse,
+                "sparse_max": [None] * self.schema.num_sparse,
+                "positives": 0,
+                "dense_finite": True,
+            },
+        )
+        sparse = arrays["sparse"]
+        if not len(sparse):
+            return True
+        lows, highs = sparse.min(axis=0), sparse.max(axis=0)
+        if (lows < 0).any() or (highs >= np.asarray(self.schema.cardinalities)).any():
+            return False
+        ranges["positives"] += int(np.count_nonzero(arrays["label"]))
+        for f, (low, high) in enumerate(zip(lows.tolist(), highs.tolist(), strict=True)):
+            old_low, old_high = ranges["sparse_min"][f], ranges["sparse_max"][f]
+            ranges["sparse_min"][f] = low if old_low is None else min(old_low, low)
+            ranges["sparse_max"][f] = high if old_high is None else max(old_high, high)
+        return True
 
     def abort(self) -> None:
         for handle in self._handles.values():
             handle.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def _check_splits(self, manifest: dict[str, Any]) -> None:
+        for split in SPLITS:
+            n = self.rows.get(split, 0)
+            positives = self._ranges.get(split, {}).get("positives", 0)
+            one_label = positives == 0 or positives == n
+            if n < self.min_split_rows or (self.both_labels and one_label):
+                raise DataError(
+                    f"{manifest.get('dataset', 'dataset')} (protocol {manifest.get('protocol')}): "
+                    f"split {split} has {n} rows ({positives} positive, {n - positives} negative); "
+                    f"every split needs rows of both labels and at least {self.min_split_rows} "
+                    "rows (option min_split_rows)"
+                )
+
     def finish(self, manifest: dict[str, Any]) -> PreparedDataset:
-        """Close files, compute the fingerprint, write the manifest and publish."""
+        """Close files, check the splits, compute the fingerprint, write the manifest and
+        publish (refusing to replace data prepared from other raw files unless forced)."""
         for handle in self._handles.values():
             handle.flush()
             os.fsync(handle.fileno())
             handle.close()
+        self._check_splits(manifest)
+        digests = {name: h.hexdigest() for name, h in self._hashes.items()}
         full = {
             **manifest,
             "format_version": FORMAT_VERSION,
@@ -150,22 +229,39 @@ class PreparedWriter:
             "schema": self.schema.model_dump(),
             "sparse_dtype": self.sparse_dtype.name,
             "rows": dict(sorted(self.rows.items())),
+            "files": {
+                name: {"bytes": (self.tmp / name).stat().st_size, "sha256": digests[name]}
+                for name in sorted(digests)
+            },
+            "ranges": dict(sorted(self._ranges.items())),
         }
         full["fingerprint"] = content_fingerprint(
             self.tmp, self.schema, self.rows, self.sparse_dtype
         )
+        slot.check_replace(self.out_dir, full, self.force)
         (self.tmp / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True))
         _publish(self.tmp, self.out_dir)
-        return load_prepared(self.out_dir)
+        return load_prepared(self.out_dir, trusted=digests)
 
 
 def _publish(tmp: Path, out_dir: Path) -> None:
-    """Replace ``out_dir`` with ``tmp`` so readers see the old or the new, never a mix."""
+    """Replace ``out_dir`` with ``tmp`` so readers see the old or the new, never a mix.
+
+    Between the two renames the slot is missing; if the process dies there, the next
+    open of the slot puts the ``.old-<pid>`` back (:func:`suite.data.slot.recover`).
+    """
     old = None
     if out_dir.exists():
         old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        if old.exists():
+            shutil.rmtree(old)
         os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        if old is not None:  # put the old arrays back before reporting
+            os.replace(old, out_dir)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -186,20 +282,36 @@ def content_fingerprint(
     return digest.hexdigest()
 
 
-def load_prepared(directory: str | Path) -> PreparedDataset:
-    """Memory-map a published prepared directory; refuse incomplete ones."""
+def load_prepared(directory: str | Path, trusted: dict[str, str] | None = None) -> PreparedDataset:
+    """Memory-map a published prepared directory; refuse incomplete, outdated or corrupt ones.
+
+    The arrays' sizes, checksums (cheaply: see :mod:`suite.data.integrity`) and recorded
+    ranges are checked; any mismatch is one ``DataError`` naming the file or column.
+    ``trusted``: checksums the caller computed on the bytes it just wrote.
+    """
     directory = Path(directory)
     manifest_path = directory / MANIFEST
+    if not manifest_path.is_file():
+        slot.recover(directory)
     if not manifest_path.is_file():
         raise DataError(f"{directory} is not a prepared dataset (no {MANIFEST})")
     try:
         manifest = json.loads(manifest_path.read_text())
     except json.JSONDecodeError as exc:
         raise DataError(f"{manifest_path}:{exc.lineno}: corrupt manifest ({exc.msg})") from None
-    if manifest.get("format_version") != FORMAT_VERSION or "fingerprint" not in manifest:
-        raise DataError(f"{manifest_path}: unsupported or incomplete manifest; prepare again")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{manifest_path}: unreadable manifest ({exc})") from None
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version != FORMAT_VERSION:
+        raise DataError(
+            f"{directory}: prepared in format {version}, this suite reads format "
+            f"{FORMAT_VERSION}; prepare it again (suite prepare ... --force)"
+        )
+    if any(key not in manifest for key in ("fingerprint", "files", "ranges", "schema", "rows")):
+        raise DataError(f"{manifest_path}: incomplete manifest; prepare again")
     schema = FeatureSchema.model_validate(manifest["schema"])
     sparse_dtype = np.dtype(manifest["sparse_dtype"])
+    check_ranges(manifest_path, manifest)
     splits = {}
     for split, n in manifest["rows"].items():
         files = _files(split, sparse_dtype)
@@ -219,4 +331,20 @@ def load_prepared(directory: str | Path) -> PreparedDataset:
                 else np.zeros(shapes[kind], dtype=dtypes[kind])
             )
         splits[split] = SplitArrays(**arrays)
+
+    def diagnose(name: str) -> str | None:
+        split, kind = name.split(".")[:2]
+        array = np.asarray(getattr(splits[split], kind))
+        if kind == "label":
+            return first_bad_label(array)
+        if kind == "dense":
+            return first_bad_dense(array, schema.dense)
+        return first_bad_id(array, schema.sparse, schema.cardinalities)
+
+    unknown = set(manifest["files"]) - {
+        name for split in manifest["rows"] for name in _files(split, sparse_dtype).values()
+    }
+    if unknown:
+        raise DataError(f"{manifest_path}: lists unknown files {sorted(unknown)}")
+    verify_files(directory, manifest["files"], diagnose, trusted)
     return PreparedDataset(directory, schema, manifest, splits)

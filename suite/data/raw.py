@@ -10,7 +10,8 @@ are exactly the parser's and the error names the file and line::
     DataError: train.txt:1234: expected 40 columns, got 39
 
 With ``on_bad_rows="skip"`` bad rows are dropped and counted instead. Empty files and
-truncated or corrupt gzip streams are always errors.
+truncated or corrupt gzip streams are always errors. Errors name the file's full path; a
+UTF-8 byte order mark at the start of a file is skipped, with or without a header.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ MAX_EXAMPLES = 20
 """Bad rows described in the manifest (all are counted)."""
 
 OnBadRows = Literal["error", "skip"]
+BOM = b"\xef\xbb\xbf"
+"""A UTF-8 byte order mark, dropped from the start of every file (with a header or not)."""
 
 
 def find_file(raw: Path, names: tuple[str, ...]) -> Path:
@@ -112,11 +115,13 @@ class BadRows:
     by_source: dict[str, int] = field(default_factory=dict)
     examples: list[dict[str, str]] = field(default_factory=list)
 
-    def add(self, origin: str, where: str, reason: str) -> None:
+    def add(self, origin: str, line: int, reason: str) -> None:
+        """Count a bad row of ``origin`` (a path; the manifest keeps its base name)."""
+        name = Path(origin).name if Path(origin).exists() else origin
         self.total += 1
-        self.by_source[origin] = self.by_source.get(origin, 0) + 1
+        self.by_source[name] = self.by_source.get(name, 0) + 1
         if len(self.examples) < MAX_EXAMPLES:
-            self.examples.append({"where": where, "reason": reason})
+            self.examples.append({"where": f"{name}:{line}", "reason": reason})
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -152,9 +157,13 @@ class Parsed:
         local = np.arange(self.num_rows, dtype=np.int64) if self.lines is None else self.lines
         return self.first_row + local
 
-    def where(self, position: int) -> str:
+    def line(self, position: int) -> int:
+        """File line number of table row ``position``."""
         local = position if self.lines is None else int(self.lines[position])
-        return f"{self.origin}:{self.first_line + local}"
+        return self.first_line + local
+
+    def where(self, position: int) -> str:
+        return f"{self.origin}:{self.line(position)}"
 
     def drop(self, bad: np.ndarray, reason: str) -> None:
         """Handle rows that parsed but are invalid (``bad``: bool ``[n]``): raise a
@@ -166,7 +175,7 @@ class Parsed:
         if self.on_bad_rows == "error":
             raise DataError(f"{self.where(int(positions[0]))}: {reason}")
         for pos in positions:
-            self.bad.add(self.origin, self.where(int(pos)), reason)
+            self.bad.add(self.origin, self.line(int(pos)), reason)
         keep = ~bad
         local = np.arange(self.num_rows, dtype=np.int64) if self.lines is None else self.lines
         self.lines = local[keep]
@@ -234,7 +243,7 @@ class RawReader:
         for block in blocks:
             assert isinstance(block, _Block)
             seen = True
-            yield self._parse(path.name, block, fmt)
+            yield self._parse(str(path), block, fmt)
         if not seen:
             raise DataError(f"{path}: empty file (no data rows)")
 
@@ -270,7 +279,7 @@ class RawReader:
             index, reason = bad[0]
             raise DataError(f"{origin}:{block.first_line + index}: {reason}")
         for index, reason in bad:
-            self.bad.add(origin, f"{origin}:{block.first_line + index}", reason)
+            self.bad.add(origin, block.first_line + index, reason)
         dropped = {index for index, _ in bad}
         kept = [i for i in range(len(parts)) if i not in dropped]
         table = _read_csv(b"".join(parts[i] for i in kept), fmt) if kept else _empty(fmt)
@@ -408,6 +417,7 @@ def _line_blocks(
     """
     digest = hashlib.sha256()
     size = 0
+    at_start = True
     line = 1
     row = 0
     pending: list[bytes] = []
@@ -460,6 +470,9 @@ def _line_blocks(
                 data = raw
             if not data:
                 continue
+            if at_start:  # a UTF-8 byte order mark is not data
+                data = data.removeprefix(BOM)
+                at_start = False
             pending.append(data)
             pending_bytes += len(data)
             if pending_bytes >= block_bytes or (not header_seen and b"\n" in data):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -10,6 +11,7 @@ from pydantic import BaseModel
 
 from suite.config import NoOptions, stable_hash
 from suite.data.prepared import PreparedDataset, load_prepared
+from suite.data.slot import recover
 from suite.errors import DataError
 
 if TYPE_CHECKING:
@@ -29,9 +31,16 @@ class DatasetSource:
     needs_raw: ClassVar[bool] = False
 
     def build(
-        self, options: Any, protocol: str, raw: Path | None, out_dir: Path, progress: bool
+        self,
+        options: Any,
+        protocol: str,
+        raw: Path | None,
+        out_dir: Path,
+        progress: bool,
+        force: bool = False,
     ) -> PreparedDataset:
-        """Write the prepared dataset to ``out_dir`` (atomically) and return it."""
+        """Write the prepared dataset to ``out_dir`` (atomically) and return it; ``force``
+        replaces a slot that holds data prepared from other raw files."""
         raise NotImplementedError
 
 
@@ -51,11 +60,13 @@ def prepared_dir(spec: DatasetSpec) -> Path:
 
 
 def get_prepared(
-    spec: DatasetSpec, progress: bool = True, rebuild: bool = False
+    spec: DatasetSpec, progress: bool = True, rebuild: bool = False, force: bool = False
 ) -> PreparedDataset:
-    """The prepared dataset for ``spec``: from the cache, or built now when it can be."""
+    """The prepared dataset for ``spec``: from the cache (checked), or built now when it
+    can be. ``force``: let a rebuild replace data prepared from other raw files."""
     source = spec.registry.get(spec.name)()
     out_dir = prepared_dir(spec)
+    recover(out_dir)
     if not rebuild and (out_dir / "manifest.json").is_file():
         return load_prepared(out_dir)
     raw = Path(spec.raw).expanduser() if spec.raw else None
@@ -64,4 +75,9 @@ def get_prepared(
             f"dataset {spec.name!r} (protocol {spec.protocol}) is not prepared under {cache_root(spec)}; "
             f"run `suite prepare {spec.name} --raw PATH` first"
         )
-    return source.build(spec.typed_options(), str(spec.protocol), raw, out_dir, progress)
+    data = source.build(
+        spec.typed_options(), str(spec.protocol), raw, out_dir, progress, force=force
+    )
+    for warning in data.manifest.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+    return data

@@ -40,6 +40,8 @@ class SplitRule:
     """Base: ``fit`` once every row was read, then ``assign`` chunk by chunk."""
 
     needs_time = False
+    warnings: tuple[str, ...] = ()
+    """What ``fit`` found worth telling the user (recorded in the manifest)."""
 
     def fit(self, rows_per_source: dict[int, int], times: np.ndarray | None) -> None:
         """Learn totals: data rows per source (bad rows included) and, when
@@ -110,12 +112,19 @@ class DaySplit(SplitRule):
     rows of source 0 (the first ``n % days`` one row longer); all but the last train; the last one's
     first half (the larger, when odd) is test, its second half validation."""
 
-    def __init__(self, days: int = 7) -> None:
+    def __init__(self, days: int = 7, full_rows: int | None = None) -> None:
         self.days = days
+        self.full_rows = full_rows
         self.bounds = np.zeros(days + 1, dtype=np.int64)
 
     def fit(self, rows_per_source: dict[int, int], times: np.ndarray | None) -> None:
         n = rows_per_source.get(0, 0)
+        if self.full_rows and n < self.full_rows // 2:
+            self.warnings = (
+                f"the dlrm protocol cuts the file into {self.days} equal 'days' because the "
+                f"full set ({self.full_rows:,} rows) is ordered by day; this file has {n:,} rows, "
+                "so its slices are not days (a random protocol may suit a sample better)",
+            )
         per_day, extra = divmod(n, self.days)
         sizes = [per_day + (1 if d < extra else 0) for d in range(self.days)]
         self.bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)

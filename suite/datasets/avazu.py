@@ -22,6 +22,7 @@ from pydantic import Field
 from suite.data.pipeline import (
     CategoricalOptions,
     Chunk,
+    PrepareJob,
     build_prepared,
     chunk_from_arrays,
     label_column,
@@ -104,7 +105,13 @@ class Avazu(DatasetSource):
     default_protocol: ClassVar[str] = "random-811"
 
     def build(
-        self, options: AvazuOptions, protocol: str, raw: Path | None, out_dir: Path, progress: bool
+        self,
+        options: AvazuOptions,
+        protocol: str,
+        raw: Path | None,
+        out_dir: Path,
+        progress: bool,
+        force: bool = False,
     ) -> PreparedDataset:
         assert raw is not None
         path = find_file(Path(raw), ("train.csv", "train.csv.gz", "train", "train.gz"))
@@ -121,17 +128,23 @@ class Avazu(DatasetSource):
                 yield avazu_chunk(parsed, rule.needs_time)
 
         return build_prepared(
-            dataset="avazu",
-            protocol=protocol,
-            options=options,
-            out_dir=out_dir,
-            progress=progress,
-            dense=[],
-            sparse=list(AVAZU_FIELDS),
-            chunks=chunks(),
-            reader=reader,
-            rule=rule,
-            extra={
-                "derived": {"hour_of_day": "hour % 100", "weekday": "weekday of YYMMDD, 0 = Monday"}
-            },
+            PrepareJob(
+                dataset="avazu",
+                protocol=protocol,
+                options=options,
+                dense=[],
+                sparse=list(AVAZU_FIELDS),
+                chunks=chunks(),
+                reader=reader,
+                rule=rule,
+                out_dir=out_dir,
+                progress=progress,
+                force=force,
+                extra={
+                    "derived": {
+                        "hour_of_day": "hour % 100",
+                        "weekday": "weekday of YYMMDD, 0 = Monday",
+                    }
+                },
+            )
         )

@@ -32,6 +32,7 @@ from pydantic import Field
 from suite.data.pipeline import (
     CategoricalOptions,
     Chunk,
+    PrepareJob,
     build_prepared,
     chunk_from_arrays,
     label_column,
@@ -40,13 +41,15 @@ from suite.data.pipeline import (
 from suite.data.prepared import PreparedDataset
 from suite.data.raw import Parsed, RawReader, TextFormat, find_file
 from suite.data.source import DatasetSource
-from suite.data.splits import DaySplit, LastSourceHalves, RandomSplit, SplitRule
+from suite.data.splits import DaySplit, LastSourceHalves, RandomSplit
 from suite.errors import DataError
 from suite.registry import DATASETS
 
 DENSE = [f"I{i}" for i in range(1, 14)]
 SPARSE = [f"C{i}" for i in range(1, 27)]
 COLUMNS = ("label", *DENSE, *SPARSE)
+KAGGLE_ROWS = 45_840_617
+"""Rows of the full Kaggle ``train.txt`` (7 days in order)."""
 FORMAT = TextFormat(
     columns=COLUMNS,
     types={
@@ -94,13 +97,21 @@ class CriteoKaggle(DatasetSource):
     default_protocol: ClassVar[str] = "dlrm"
 
     def build(
-        self, options: CriteoOptions, protocol: str, raw: Path | None, out_dir: Path, progress: bool
+        self,
+        options: CriteoOptions,
+        protocol: str,
+        raw: Path | None,
+        out_dir: Path,
+        progress: bool,
+        force: bool = False,
     ) -> PreparedDataset:
         assert raw is not None
         path = find_file(Path(raw), ("train.txt", "train.txt.gz"))
         reader = RawReader(options.on_bad_rows)
         rule = (
-            DaySplit(7) if protocol == "dlrm" else RandomSplit((0.8, 0.1, 0.1), options.split_seed)
+            DaySplit(7, full_rows=KAGGLE_ROWS)
+            if protocol == "dlrm"
+            else RandomSplit((0.8, 0.1, 0.1), options.split_seed)
         )
 
         def chunks() -> Iterator[Chunk]:
@@ -108,34 +119,26 @@ class CriteoKaggle(DatasetSource):
                 yield criteo_chunk(parsed)
 
         return build_criteo(
-            "criteo-kaggle", protocol, options, out_dir, progress, chunks(), reader, rule
+            PrepareJob(
+                "criteo-kaggle",
+                protocol,
+                options,
+                DENSE,
+                SPARSE,
+                chunks(),
+                reader,
+                rule,
+                out_dir,
+                progress,
+                force,
+            )
         )
 
 
-def build_criteo(
-    dataset: str,
-    protocol: str,
-    options: CategoricalOptions,
-    out_dir: Path,
-    progress: bool,
-    chunks: Iterator[Chunk],
-    reader: RawReader,
-    rule: SplitRule,
-) -> PreparedDataset:
+def build_criteo(job: PrepareJob) -> PreparedDataset:
     """Prepare Criteo-format chunks (Kaggle or Terabyte) with the shared schema."""
-    return build_prepared(
-        dataset=dataset,
-        protocol=protocol,
-        options=options,
-        out_dir=out_dir,
-        progress=progress,
-        dense=DENSE,
-        sparse=SPARSE,
-        chunks=chunks,
-        reader=reader,
-        rule=rule,
-        extra={"dense_transform": "missing -> 0, negative -> 0, log(1 + x)"},
-    )
+    job.extra["dense_transform"] = "missing -> 0, negative -> 0, log(1 + x)"
+    return build_prepared(job)
 
 
 class TerabyteOptions(CategoricalOptions):
@@ -176,6 +179,7 @@ class CriteoTerabyte(DatasetSource):
         raw: Path | None,
         out_dir: Path,
         progress: bool,
+        force: bool = False,
     ) -> PreparedDataset:
         assert raw is not None
         directory = Path(raw)
@@ -197,5 +201,17 @@ class CriteoTerabyte(DatasetSource):
                     yield criteo_chunk(parsed, source=day)
 
         return build_criteo(
-            "criteo-terabyte", protocol, options, out_dir, progress, chunks(), reader, rule
+            PrepareJob(
+                "criteo-terabyte",
+                protocol,
+                options,
+                DENSE,
+                SPARSE,
+                chunks(),
+                reader,
+                rule,
+                out_dir,
+                progress,
+                force,
+            )
         )

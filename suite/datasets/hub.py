@@ -32,6 +32,7 @@ from pydantic import Field
 from suite.data.pipeline import (
     CategoricalOptions,
     Chunk,
+    PrepareJob,
     build_prepared,
     chunk_from_arrays,
     label_column,
@@ -197,7 +198,13 @@ class HubDataset(DatasetSource):
     default_protocol: ClassVar[str] = "given"
 
     def build(
-        self, options: HubOptions, protocol: str, raw: Path | None, out_dir: Path, progress: bool
+        self,
+        options: HubOptions,
+        protocol: str,
+        raw: Path | None,
+        out_dir: Path,
+        progress: bool,
+        force: bool = False,
     ) -> PreparedDataset:
         assert raw is not None
         layout = self.layout
@@ -221,17 +228,20 @@ class HubDataset(DatasetSource):
             names = {i: f"{repo}:{split}" for i, split in enumerate(SPLIT_NAMES)}
         rule = SourceSplit({0: 0, 1: 1, 2: 2}, names)
         return build_prepared(
-            dataset=self.registered_name,
-            protocol=protocol,
-            options=options,
-            out_dir=out_dir,
-            progress=progress,
-            dense=list(layout.dense),
-            sparse=list(layout.sparse),
-            chunks=chunks(),
-            reader=reader,
-            rule=rule,
-            extra={"origin": origin, "bars_repo": layout.repo},
+            PrepareJob(
+                dataset=self.registered_name,
+                protocol=protocol,
+                options=options,
+                dense=list(layout.dense),
+                sparse=list(layout.sparse),
+                chunks=chunks(),
+                reader=reader,
+                rule=rule,
+                out_dir=out_dir,
+                progress=progress,
+                force=force,
+                extra={"origin": origin, "bars_repo": layout.repo},
+            )
         )
 
 

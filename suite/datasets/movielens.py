@@ -36,6 +36,7 @@ from pydantic import Field
 from suite.data.pipeline import (
     CategoricalOptions,
     Chunk,
+    PrepareJob,
     build_prepared,
     chunk_from_arrays,
     numpy_column,
@@ -183,6 +184,13 @@ class _Side:
     ids: np.ndarray
     columns: list[pa.Array]
 
+    def unknown(self, keys: np.ndarray) -> int:
+        """How many of ``keys`` are not in the table."""
+        if len(self.ids) == 0:
+            return len(keys)
+        pos = np.minimum(np.searchsorted(self.ids, keys), len(self.ids) - 1)
+        return int((self.ids[pos] != keys).sum())
+
     def join(self, keys: np.ndarray) -> list[pa.Array]:
         """Each column's value for ``keys`` (null where the id is unknown)."""
         if len(self.ids) == 0:
@@ -265,14 +273,25 @@ def _users(reader: RawReader, directory: Path, variant: Variant) -> _Side:
 
 
 def movielens_chunk(
-    parsed: Parsed, options: MovieLensOptions, users: _Side | None, items: _Side
+    parsed: Parsed,
+    options: MovieLensOptions,
+    users: _Side | None,
+    items: _Side,
+    unmatched: dict[str, int] | None = None,
 ) -> Chunk:
+    """One block of ratings as CTR rows. Rows with a missing user, item, rating or
+    timestamp, or a rating that is not a finite number >= 0, are bad rows. ``unmatched``
+    counts ratings whose user or item is absent from the side files."""
     table = parsed.table
     missing = pc.or_(
         pc.or_(table.column("user").is_null(), table.column("item").is_null()),
         table.column("rating").is_null(),
     )
     parsed.drop(numpy_column(missing), "missing user, item or rating")
+    rating = numpy_column(parsed.table.column("rating"))
+    with np.errstate(invalid="ignore"):
+        parsed.drop(~np.isfinite(rating) | (rating < 0), "rating must be a finite number >= 0")
+    parsed.drop(numpy_column(parsed.table.column("time").is_null()), "missing timestamp")
     table = parsed.table
     user = numpy_column(table.column("user"))
     item = numpy_column(table.column("item"))
@@ -282,8 +301,12 @@ def movielens_chunk(
     if users is not None:
         sparse += users.join(user)
     sparse += items.join(item)
+    if unmatched is not None:
+        unmatched["items"] += items.unknown(item)
+        if users is not None:
+            unmatched["users"] += users.unknown(user)
     dense = np.zeros((len(label), 0), dtype=np.float32)
-    time = numpy_column(table.column("time").fill_null(0))
+    time = numpy_column(table.column("time"))
     return chunk_from_arrays(label, dense, sparse, parsed.row_index(), time=time)
 
 
@@ -306,6 +329,7 @@ class MovieLens(DatasetSource):
         raw: Path | None,
         out_dir: Path,
         progress: bool,
+        force: bool = False,
     ) -> PreparedDataset:
         assert raw is not None
         directory = Path(raw)
@@ -333,6 +357,13 @@ class MovieLens(DatasetSource):
                 )
             return replace(fmt, header=False)
 
+        unmatched = {"users": 0, "items": 0}
+        extra: dict[str, object] = {
+            "label": f"rating >= {options.positive_threshold:g}",
+            "genre_encoding": options.genre,
+            "ratings_unmatched_in_side_files": unmatched,
+        }
+
         def chunks() -> Iterator[Chunk]:
             # the ratings file is source 0 (its row indices drive the random split)
             parsed_blocks = reader.read(ratings_path, ratings_format if ratings_header else fmt)
@@ -340,9 +371,15 @@ class MovieLens(DatasetSource):
             items = _items(reader, directory, variant, options)
             users = _users(reader, directory, variant) if variant.users else None
             for parsed in [first] if first is not None else []:
-                yield movielens_chunk(parsed, options, users, items)
+                yield movielens_chunk(parsed, options, users, items, unmatched)
             for parsed in parsed_blocks:
-                yield movielens_chunk(parsed, options, users, items)
+                yield movielens_chunk(parsed, options, users, items, unmatched)
+            if unmatched["users"] or unmatched["items"]:
+                extra["warnings"] = [
+                    f"{ratings_path}: {unmatched['users']} ratings name a user absent from "
+                    f"{variant.users or 'the user file'} and {unmatched['items']} an item absent "
+                    f"from {variant.items} (their side features get the missing id 0)"
+                ]
 
         sparse = (
             ["user_id", "item_id"]
@@ -350,18 +387,18 @@ class MovieLens(DatasetSource):
             + ["genre"]
         )
         return build_prepared(
-            dataset="movielens",
-            protocol=protocol,
-            options=options,
-            out_dir=out_dir,
-            progress=progress,
-            dense=[],
-            sparse=sparse,
-            chunks=chunks(),
-            reader=reader,
-            rule=rule,
-            extra={
-                "label": f"rating >= {options.positive_threshold:g}",
-                "genre_encoding": options.genre,
-            },
+            PrepareJob(
+                dataset="movielens",
+                protocol=protocol,
+                options=options,
+                dense=[],
+                sparse=sparse,
+                chunks=chunks(),
+                reader=reader,
+                rule=rule,
+                out_dir=out_dir,
+                progress=progress,
+                force=force,
+                extra=extra,
+            )
         )

@@ -131,6 +131,7 @@ class SyntheticDataset(DatasetSource):
         raw: Path | None,
         out_dir: Path,
         progress: bool,
+        force: bool = False,
     ) -> PreparedDataset:
         rows = options.train_rows + options.val_rows + options.test_rows
         settings = TeacherSettings(
@@ -148,7 +149,7 @@ class SyntheticDataset(DatasetSource):
             dense=self.profile.dense_names, sparse=self.profile.sparse_names, cardinalities=cards
         )
         bounds = np.cumsum([0, options.train_rows, options.val_rows, options.test_rows])
-        with PreparedWriter(out_dir, schema) as writer:
+        with PreparedWriter(out_dir, schema, force=force) as writer:
             for split, lo, hi in zip(
                 ("train", "val", "test"), bounds[:-1], bounds[1:], strict=True
             ):

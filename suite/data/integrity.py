@@ -1,0 +1,148 @@
+"""Checking that a prepared slot's arrays are the ones its manifest describes.
+
+The manifest records each array file's size and sha256, and per split the range of each
+sparse column, the label counts and whether every dense value is finite, all measured
+while the arrays were written. Loading compares the manifest's ranges with the schema
+(no data read) and the files with their checksums. Hashing a large slot costs one read,
+so a successful check is remembered in ``.verified.json`` beside the arrays, keyed by each
+file's size, mtime (ns) and inode; it is trusted only for a file whose mtime is older than
+the check by more than the file system's timestamp granularity (``RACY_NS``), so a file
+rewritten in the same instant as its check is hashed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.errors import DataError
+from suite.fileio import write_text_atomic
+
+MEMO = ".verified.json"
+RACY_NS = 2_000_000_000
+_BLOCK = 1 << 24
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _key(stat: os.stat_result) -> list[int]:
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+
+
+def _read_memo(directory: Path) -> dict[str, Any]:
+    try:
+        memo = json.loads((directory / MEMO).read_text())
+        return memo if isinstance(memo, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def verify_files(
+    directory: Path,
+    files: dict[str, dict[str, Any]],
+    diagnose: Any,
+    trusted: dict[str, str] | None = None,
+) -> None:
+    """Check every file of ``files`` (name -> {"bytes", "sha256"}) against its checksum,
+    hashing only those the memo cannot vouch for. ``diagnose(name)`` explains a mismatch
+    (a label, value or id out of range) or returns ``None``. ``trusted``: name -> sha256
+    just computed by the writer (nothing re-read)."""
+    memo = _read_memo(directory)
+    fresh: dict[str, Any] = {}
+    changed = False
+    for name, expected in sorted(files.items()):
+        path = directory / name
+        try:
+            stat = path.stat()
+        except OSError:
+            raise DataError(f"{path}: missing; prepare again") from None
+        if stat.st_size != expected["bytes"]:
+            raise DataError(
+                f"{path}: {stat.st_size} bytes, the manifest says {expected['bytes']}; "
+                "prepare again"
+            )
+        entry = memo.get(name)
+        if (
+            isinstance(entry, dict)
+            and entry.get("key") == _key(stat)
+            and entry.get("sha256") == expected["sha256"]
+            and stat.st_mtime_ns < int(entry.get("checked_ns", 0)) - RACY_NS
+        ):
+            fresh[name] = entry
+            continue
+        checked_ns = time.time_ns()
+        digest = (trusted or {}).get(name) or file_sha256(path)
+        if digest != expected["sha256"]:
+            reason = diagnose(name) or "its bytes changed since it was prepared"
+            raise DataError(
+                f"{path}: content does not match the manifest's sha256 ({reason}); "
+                "the prepared data is corrupt: prepare again"
+            )
+        fresh[name] = {"key": _key(stat), "sha256": digest, "checked_ns": checked_ns}
+        changed = True
+    if changed:
+        with contextlib.suppress(OSError):  # a read-only cache: verify again next time
+            write_text_atomic(directory / MEMO, json.dumps(fresh, sort_keys=True))
+
+
+def first_bad_label(label: np.ndarray) -> str | None:
+    """Where ``label [n]`` holds something other than 0 or 1, described; else ``None``."""
+    bad = np.flatnonzero((label != 0) & (label != 1))
+    if len(bad):
+        return f"label {float(label[bad[0]])!r} at row {int(bad[0])} (labels must be 0 or 1)"
+    return None
+
+
+def first_bad_dense(dense: np.ndarray, names: list[str]) -> str | None:
+    """The first non-finite value of ``dense [n, Dd]``, described; else ``None``."""
+    finite = np.isfinite(dense)
+    if finite.all():
+        return None
+    row, col = (int(i[0]) for i in np.nonzero(~finite))
+    return f"non-finite value {float(dense[row, col])!r} in dense column {names[col]} at row {row}"
+
+
+def first_bad_id(sparse: np.ndarray, names: list[str], cardinalities: list[int]) -> str | None:
+    """The first id of ``sparse [n, F]`` outside its column's vocabulary, described."""
+    if sparse.size == 0:
+        return None
+    lows, highs = sparse.min(axis=0), sparse.max(axis=0)
+    for f, name in enumerate(names):
+        if lows[f] < 0 or highs[f] >= cardinalities[f]:
+            column = sparse[:, f]
+            row = int(np.flatnonzero((column < 0) | (column >= cardinalities[f]))[0])
+            return (
+                f"column {name} holds id {int(column[row])} at row {row}, outside its vocabulary "
+                f"of {cardinalities[f]} ids"
+            )
+    return None
+
+
+def check_ranges(manifest_path: Path, manifest: dict[str, Any]) -> None:
+    """Compare the ranges the manifest recorded at prepare time with its schema."""
+    schema = manifest["schema"]
+    names, cards = schema["sparse"], schema["cardinalities"]
+    for split, ranges in sorted(manifest.get("ranges", {}).items()):
+        for f, (low, high) in enumerate(
+            zip(ranges["sparse_min"], ranges["sparse_max"], strict=True)
+        ):
+            if low is not None and (low < 0 or high >= cards[f]):
+                raise DataError(
+                    f"{manifest_path}: split {split} column {names[f]} holds ids {low}..{high}, "
+                    f"outside its vocabulary of {cards[f]} ids; prepare again"
+                )
+        if not ranges.get("dense_finite", True):
+            raise DataError(f"{manifest_path}: split {split} has non-finite dense values")
