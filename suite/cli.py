@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 
 import suite.commands
@@ -37,9 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a run
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -131,9 +131,9 @@ class TrainConfig(Frozen):
     batch_size: int = Field(256, ge=1)
     eval_batch_size: int = Field(8192, ge=1)
     dense_optimizer: Literal["adam", "adagrad", "sgd"] = "adam"
-    dense_lr: float = Field(1e-3, gt=0)
+    dense_lr: float = Field(1e-3, gt=0, allow_inf_nan=False)
     sparse_optimizer: Literal["rowwise_adagrad", "adagrad", "sgd"] = "rowwise_adagrad"
-    sparse_lr: float = Field(0.05, gt=0)
+    sparse_lr: float = Field(0.05, gt=0, allow_inf_nan=False)
     eval_every_steps: int | None = Field(None, ge=1, description="validate every N steps too")
     checkpoint: Literal["best", "final"] = "best"
     shuffle: bool = True
@@ -161,6 +161,9 @@ class TrackingConfig(Frozen):
     experiment: str = "recsuite"
     results_dir: str = "results/runs"
     run_name: str | None = None
+    log_model: Literal["auto", "always", "never"] = Field(
+        "auto", description="log the trained model to MLflow (auto: if its weights <= 256 MiB)"
+    )
 
 
 class RunConfig(Frozen):
@@ -171,7 +174,7 @@ class RunConfig(Frozen):
     dataset: DatasetSpec = Field(default_factory=lambda: DatasetSpec())
     task: TaskSpec = Field(default_factory=lambda: TaskSpec())
     train: TrainConfig = Field(default_factory=TrainConfig)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="run seed (numpy takes 0..2**32-1)")
     device: Literal["cpu", "cuda"] = "cpu"
     comm: CommConfig = Field(default_factory=CommConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
@@ -218,9 +221,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping safely; errors name the file and line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {exc.start}); expected a YAML file"
+        ) from None
+    if "\x00" in text:
+        raise ConfigError(f"config file {path} is binary (NUL byte); expected a YAML file")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -2,14 +2,27 @@
 
 The store is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else an embedded SQLite
 database at ``./mlruns/mlflow.db`` with artifacts under ``./mlruns/artifacts``.
+
+A new SQLite store is built under a temporary name and renamed into place, while an
+exclusive ``fcntl`` lock beside it is held, so two first runs at once, or a first run
+killed during MLflow's schema migration, never leave a half-migrated database. Every
+run is tagged with the host and process that own it (``suite.host``, ``suite.pid``,
+``suite.pid_start``); a RUNNING run whose process is gone is marked KILLED at the next
+start on the same store and host, or by ``suite runs clean``. Every failure of the store
+is one :class:`~suite.errors.SuiteError` line naming the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import socket
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from suite.errors import SuiteError
 
@@ -20,6 +33,16 @@ MAX_METRICS_PER_CALL = 1000
 MAX_PARAM_VALUE = 6000
 MAX_KEY = 250
 DEFAULT_DIR = Path("mlruns")
+HOST_TAG = "suite.host"
+PID_TAG = "suite.pid"
+PID_START_TAG = "suite.pid_start"
+KILLED_BY_TAG = "suite.killed_by"
+# MLflow 3's UI sorts runs of an experiment without this tag under GenAI "Evaluation runs"
+# when it guesses the experiment is a GenAI one; a classic training experiment says so.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+T = TypeVar("T")
 
 
 def default_tracking_uri() -> str:
@@ -28,6 +51,14 @@ def default_tracking_uri() -> str:
 
 def resolve_tracking_uri(uri: str | None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else ``None``."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return None if path in ("", ":memory:") else Path(path)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, str]:
@@ -43,8 +74,141 @@ def flatten(data: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _store_call(uri: str, what: str, call: Callable[[], T]) -> T:
+    """``call()``, with any failure of the store turned into one ``SuiteError`` line."""
+    try:
+        return call()
+    except SuiteError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - MLflow, SQLAlchemy and OS errors alike
+        raise SuiteError(f"MLflow tracking store {uri}: cannot {what}: {_one_line(exc)}") from None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock on a SQLite store (``<db>.lock``); a no-op for other stores.
+
+    The kernel drops the lock when its holder dies, so a killed run never leaves it taken.
+    """
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _initialise_sqlite(path: Path) -> None:
+    """Build a fresh store's schema under a temporary name, then rename it into place
+    (call with :func:`store_lock` held). A crash leaves only the temporary file."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for stale in path.parent.glob(f".{path.name}.init-*"):
+        stale.unlink(missing_ok=True)  # left by a run killed while building its store
+    tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
+    chatty = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in chatty]
+    for logger in chatty:
+        logger.setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
+    try:
+        store = SqlAlchemyStore(f"sqlite:///{tmp}", (path.parent / "artifacts").resolve().as_uri())
+        store.engine.dispose()
+    finally:
+        for logger, level in zip(chatty, levels, strict=True):
+            logger.setLevel(level)
+    os.replace(tmp, path)
+
+
+def open_client(uri: str | None) -> tuple[Any, str]:
+    """An ``MlflowClient`` on the resolved store, the store created safely if new.
+    Returns ``(client, resolved_uri)``; any failure is one ``SuiteError`` line."""
+    resolved = resolve_tracking_uri(uri)
+    path = sqlite_path(resolved)
+
+    def make() -> Any:
+        from mlflow.tracking import MlflowClient
+
+        if path is not None and not path.exists():
+            with store_lock(resolved):
+                if not path.exists():
+                    _initialise_sqlite(path)
+        client = MlflowClient(tracking_uri=resolved)
+        client.search_experiments(max_results=1)  # opens (and checks) the store now
+        return client
+
+    return _store_call(resolved, "open it", make), resolved
+
+
+def process_start(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot (Linux), else ``""``:
+    with the pid it names one process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_alive(pid: int, start: str) -> bool:
+    """Whether process ``pid`` (started at ``start``, if known) still runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, owned by someone else
+    return not start or process_start(pid) in ("", start)
+
+
+def owner_tags() -> dict[str, str]:
+    """The tags naming the host and process that own a run."""
+    pid = os.getpid()
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), PID_START_TAG: process_start(pid)}
+
+
+def clean_dead_runs(client: Any, uri: str, experiment_ids: list[str] | None = None) -> list[Any]:
+    """Mark KILLED every RUNNING run on this host whose process is gone. Returns them."""
+    host = socket.gethostname()
+
+    def find() -> list[Any]:
+        ids = experiment_ids or [e.experiment_id for e in client.search_experiments()]
+        if not ids:
+            return []
+        query = f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'"
+        return list(client.search_runs(ids, filter_string=query, max_results=50000))
+
+    dead = []
+    for run in _store_call(uri, "search its runs", find):
+        tags = run.data.tags
+        pid = tags.get(PID_TAG, "")
+        if not pid.isdigit() or process_alive(int(pid), tags.get(PID_START_TAG, "")):
+            continue
+        reason = f"process {pid} on {host} died without ending the run"
+
+        def mark(run_id: str = run.info.run_id, reason: str = reason) -> None:
+            client.set_tag(run_id, KILLED_BY_TAG, reason)
+            client.set_terminated(run_id, status="KILLED")
+
+        _store_call(uri, "mark a dead run KILLED", mark)
+        dead.append(run)
+    return dead
+
+
 class Tracker:
-    """An open MLflow run. Use :meth:`start`; end with :meth:`finish` or :meth:`fail`."""
+    """An open MLflow run. Use :meth:`start`; end with :meth:`finish`, :meth:`fail` or
+    :meth:`kill`. Every call's failure is one ``SuiteError`` line."""
 
     def __init__(self, client: Any, run_id: str, uri: str) -> None:
         self.client = client
@@ -60,56 +224,111 @@ class Tracker:
         tags: dict[str, str] | None = None,
         parent_run_id: str | None = None,
     ) -> Tracker:
-        from mlflow.tracking import MlflowClient
+        client, resolved = open_client(uri)
 
-        resolved = resolve_tracking_uri(uri)
-        if resolved.startswith("sqlite:///"):
-            Path(resolved.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        client = MlflowClient(tracking_uri=resolved)
-        try:
-            found = client.get_experiment_by_name(experiment)
-            if found is None:
-                artifacts = None
-                if resolved == default_tracking_uri():
-                    artifacts = (DEFAULT_DIR / "artifacts").resolve().as_uri()
-                experiment_id = client.create_experiment(experiment, artifact_location=artifacts)
-            else:
-                experiment_id = found.experiment_id
-            all_tags = dict(tags or {})
+        def create() -> str:
+            with store_lock(resolved):  # two first runs must not both create the experiment
+                found = client.get_experiment_by_name(experiment)
+                if found is None:
+                    artifacts = None
+                    if resolved == default_tracking_uri():
+                        artifacts = (DEFAULT_DIR / "artifacts").resolve().as_uri()
+                    experiment_id = client.create_experiment(
+                        experiment,
+                        artifact_location=artifacts,
+                        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+                    )
+                else:
+                    experiment_id = found.experiment_id
+                    if EXPERIMENT_KIND_TAG not in found.tags:
+                        client.set_experiment_tag(
+                            experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
+                        )
+            clean_dead_runs(client, resolved, [experiment_id])
+            all_tags = {**(tags or {}), **owner_tags()}
             if parent_run_id:
                 all_tags["mlflow.parentRunId"] = parent_run_id
-            run = client.create_run(experiment_id, tags=all_tags, run_name=run_name)
-        except Exception as exc:  # the store is unreachable or unusable
-            raise SuiteError(f"cannot open MLflow tracking store {resolved}: {exc}") from None
-        return cls(client, run.info.run_id, resolved)
+            return client.create_run(experiment_id, tags=all_tags, run_name=run_name).info.run_id
+
+        return cls(client, _store_call(resolved, "create a run", create), resolved)
+
+    @classmethod
+    def resume(cls, uri: str | None, run_id: str) -> Tracker:
+        """Reopen an existing run (a resumed training run): RUNNING again, owned by this
+        process (so a start elsewhere does not take it for a dead one)."""
+        client, resolved = open_client(uri)
+        tracker = cls(client, run_id, resolved)
+        tracker.set_tags(owner_tags())
+        tracker.call("reopen it", lambda: client.update_run(run_id, status="RUNNING"))
+        return tracker
+
+    def call(self, what: str, call: Callable[[], T]) -> T:
+        """``call()`` on this run's store; a failure is one ``SuiteError`` line."""
+        return _store_call(self.uri, f"{what} (run {self.run_id})", call)
 
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
         items = [Param(k, v) for k, v in sorted(params.items())]
         for i in range(0, len(items), MAX_PARAMS_PER_CALL):
-            self.client.log_batch(self.run_id, params=items[i : i + MAX_PARAMS_PER_CALL])
+            batch = items[i : i + MAX_PARAMS_PER_CALL]
+            self.call("log params", lambda b=batch: self.client.log_batch(self.run_id, params=b))
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        import time
+        """Log the finite ``metrics`` at ``step`` (NaN and infinities are left out)."""
+        import math
 
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(k[:MAX_KEY], float(v), now, step) for k, v in metrics.items() if v == v]
+        items = [
+            Metric(k[:MAX_KEY], float(v), now, step)
+            for k, v in metrics.items()
+            if math.isfinite(float(v))
+        ]
         for i in range(0, len(items), MAX_METRICS_PER_CALL):
-            self.client.log_batch(self.run_id, metrics=items[i : i + MAX_METRICS_PER_CALL])
+            batch = items[i : i + MAX_METRICS_PER_CALL]
+            self.call("log metrics", lambda b=batch: self.client.log_batch(self.run_id, metrics=b))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        items = [RunTag(k, str(v)) for k, v in tags.items()]
+        self.call("set tags", lambda: self.client.log_batch(self.run_id, tags=items))
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        self.call(
+            f"log {artifact_file}", lambda: self.client.log_text(self.run_id, text, artifact_file)
+        )
+
+    def log_dataset(
+        self, name: str, digest: str, source: str, context: str = "training", **profile: Any
+    ) -> None:
+        """Record the run's dataset as an MLflow input (the run's Datasets column)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(
+            name=name,
+            digest=digest[:36],
+            source_type="local",
+            source=json.dumps({"uri": source}),
+            profile=json.dumps(profile, sort_keys=True) if profile else None,
+        )
+        entry = DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])
+        self.call("log its dataset", lambda: self.client.log_inputs(self.run_id, [entry]))
 
     def finish(self) -> None:
-        self.client.set_terminated(self.run_id, status="FINISHED")
+        self._end("FINISHED")
 
     def fail(self) -> None:
-        self.client.set_terminated(self.run_id, status="FAILED")
+        self._end("FAILED")
+
+    def kill(self, reason: str) -> None:
+        """End the run KILLED (interrupted), saying by what."""
+        self.set_tags({KILLED_BY_TAG: reason})
+        self._end("KILLED")
+
+    def _end(self, status: str) -> None:
+        self.call(
+            f"end it {status}", lambda: self.client.set_terminated(self.run_id, status=status)
+        )

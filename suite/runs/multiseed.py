@@ -12,6 +12,7 @@ seeds one could have run); with a single seed it is undefined and left out (``No
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -21,13 +22,17 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from suite.config import RunConfig, stable_hash
+from suite.data.prepared import PreparedDataset
 from suite.environment import environment
-from suite.errors import ConfigError
+from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_text_atomic
 from suite.results import RESULT_SCHEMA_VERSION, TaskResult, now_iso
+from suite.runs.signals import interruptible, interruption
+from suite.runs.single import FINGERPRINT_CHARS, execute, preflight, run_tags
 from suite.tracking import Tracker, flatten
 
 STD_DDOF = 1
+MAX_REPEATS = 10_000
 
 
 class MultiSeedResult(BaseModel):
@@ -90,6 +95,8 @@ def seeds_from(
         return list(seeds)
     if repeats is None or repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
+    if repeats > MAX_REPEATS:
+        raise ConfigError(f"--repeats must be <= {MAX_REPEATS}, got {repeats}")
     return [offset + i for i in range(repeats)]
 
 
@@ -113,10 +120,14 @@ def aggregate(results: list[TaskResult]) -> tuple[dict[str, float], dict[str, fl
     return mean, std
 
 
-def multiseed_path(config: RunConfig, seeds: list[int]) -> Path:
-    """Default place of the aggregate JSON under ``tracking.results_dir``."""
+def multiseed_path(config: RunConfig, seeds: list[int], fingerprint: str) -> Path:
+    """Default place of the aggregate JSON under ``tracking.results_dir``: named by the
+    seedless config hash, the data fingerprint and the seeds."""
     tag = "-".join(str(s) for s in seeds) if len(seeds) <= 8 else f"{seeds[0]}-n{len(seeds)}"
-    name = f"{config.model.name}-{config.embedding.name}-{seedless_hash(config)}-seeds{tag}.json"
+    name = (
+        f"{config.model.name}-{config.embedding.name}-{seedless_hash(config)}"
+        f"-data{fingerprint[:FINGERPRINT_CHARS]}-seeds{tag}.json"
+    )
     return (
         Path(config.tracking.results_dir)
         / config.task.name
@@ -131,14 +142,26 @@ def execute_seeds(
 ) -> MultiSeedResult:
     """Run ``config`` once per seed under one parent MLflow run; aggregate and record.
 
-    A failing seed marks the parent run FAILED and re-raises.
+    A failing seed marks the parent run FAILED and re-raises; SIGINT/SIGTERM end the
+    running child and the parent KILLED.
     """
-    from suite.runs.single import execute, preflight, run_tags
-
     if not seeds:
         raise ConfigError("no seeds to run")
+    for seed in seeds:  # every seed is checked before the first one trains
+        config.with_overrides({"seed": seed})
     started = time.perf_counter()
-    _, data, _ = preflight(config)
+    _, data, _ = preflight(config, {"--out": out})
+    with interruptible():
+        return _execute_seeds(config, seeds, data, out, started)
+
+
+def _execute_seeds(
+    config: RunConfig,
+    seeds: list[int],
+    data: PreparedDataset,
+    out: str | Path | None,
+    started: float,
+) -> MultiSeedResult:
     group_hash = seedless_hash(config)
     parent: Tracker | None = None
     if config.tracking.enabled:
@@ -204,7 +227,7 @@ def execute_seeds(
             created=now_iso(),
             duration_s=round(time.perf_counter() - started, 3),
         )
-        result.write(multiseed_path(config, seeds))
+        result.write(multiseed_path(config, seeds, data.fingerprint))
         if out:
             result.write(out)
         if parent:
@@ -215,7 +238,12 @@ def execute_seeds(
             parent.log_text(result.model_dump_json(indent=2), "multiseed.json")
             parent.finish()
         return result
-    except BaseException:
+    except BaseException as exc:
         if parent:
-            parent.fail()
+            with contextlib.suppress(SuiteError):  # the store may be what failed
+                signal_name = interruption(exc)
+                if signal_name:
+                    parent.kill(f"{signal_name} during the multi-seed run")
+                else:
+                    parent.fail()
         raise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,21 +16,30 @@ from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
 from suite.environment import environment
+from suite.errors import SuiteError
+from suite.models.base import RecModel
 from suite.results import TaskResult, now_iso
+from suite.runs.checks import check_memory, check_output_path
+from suite.runs.signals import interruptible, interruption
 from suite.tasks.base import RunContext, Task
-from suite.tracking import Tracker, flatten
+from suite.tracking import Tracker, flatten, resolve_tracking_uri, sqlite_path
+
+FINGERPRINT_CHARS = 12
 
 
-def result_path(config: RunConfig) -> Path:
-    """Default place of a run's result JSON under ``tracking.results_dir``."""
+def result_path(config: RunConfig, fingerprint: str) -> Path:
+    """Default place of a run's result JSON under ``tracking.results_dir``: named by the
+    config hash and the data fingerprint, so runs on different data never share a file."""
     name = (
-        f"{config.model.name}-{config.embedding.name}-{config.config_hash()}-seed{config.seed}.json"
+        f"{config.model.name}-{config.embedding.name}-{config.config_hash()}"
+        f"-data{fingerprint[:FINGERPRINT_CHARS]}-seed{config.seed}.json"
     )
     return Path(config.tracking.results_dir) / config.task.name / config.dataset.name / name
 
 
 def run_tags(config: RunConfig, fingerprint: str, env: dict[str, Any]) -> dict[str, str]:
-    return {
+    commit = str(env["git_commit"])
+    tags = {
         "suite.config_hash": config.config_hash(),
         "suite.data_fingerprint": fingerprint,
         "suite.task": config.task.name,
@@ -37,23 +48,72 @@ def run_tags(config: RunConfig, fingerprint: str, env: dict[str, Any]) -> dict[s
         "suite.dataset": config.dataset.name,
         "suite.protocol": str(config.dataset.protocol),
         "suite.seed": str(config.seed),
-        "suite.git_commit": str(env["git_commit"]),
+        "suite.git_commit": commit,
         "suite.version": str(env["suite_version"]),
         "torch.version": str(env["torch"]),
         "fbgemm.version": str(env["fbgemm"]),
         "suite.device": str(env["device"]),
         "suite.device_name": str(env["device_name"]),
+        # what MLflow's UI shows under Source
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.name": "suite",
     }
+    if commit != "unknown":
+        tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
+        tags["suite.git_dirty"] = str(commit.endswith("-dirty")).lower()
+    return tags
 
 
-def preflight(config: RunConfig) -> tuple[torch.device, PreparedDataset, Task]:
+def check_outputs(config: RunConfig, extra: dict[str, str | Path | None] | None = None) -> None:
+    """Every place the run will write, checked before any work: the result directory,
+    the SQLite tracking store, and ``extra`` (``{"--out": path}``)."""
+    for field, path in (extra or {}).items():
+        if path is not None:
+            check_output_path(path, field, kind="file")
+    check_output_path(config.tracking.results_dir, "tracking.results_dir", kind="dir")
+    if config.tracking.enabled:
+        store = sqlite_path(resolve_tracking_uri(config.tracking.uri))
+        if store is not None:
+            check_output_path(store, "--tracking-uri", kind="file", may_exist=True)
+
+
+def preflight(
+    config: RunConfig, outputs: dict[str, str | Path | None] | None = None
+) -> tuple[torch.device, PreparedDataset, Task]:
     """Everything that can fail on user input, done before any MLflow run exists: the
-    device, the task's own check of the config, and the prepared data."""
+    device, the output paths, the task's own check of the config, the prepared data and
+    whether the model's tables fit in memory."""
     device = resolve_device(config.device)
+    check_outputs(config, outputs)
     task: Task = config.task.registry.get(config.task.name)()
     task.check(config)
     data = get_prepared(config.dataset, progress=config.train.progress)
+    check_memory(config, data.schema.cardinalities, device)
     return device, data, task
+
+
+class Diverged(SuiteError):
+    """Training produced a non-finite loss."""
+
+
+def _check_finite(config: RunConfig, metrics: dict[str, float], step: int) -> None:
+    for name, value in metrics.items():
+        if "loss" in name and not math.isfinite(value):
+            raise Diverged(
+                f"training diverged: {name} is {value} at step {step} "
+                f"(train.dense_lr={config.train.dense_lr}, train.sparse_lr={config.train.sparse_lr}); "
+                "try smaller learning rates"
+            )
+
+
+class _TrackedContext(RunContext):
+    """The task's context, remembering the last model it built (to log it)."""
+
+    model: RecModel | None = None
+
+    def build_model(self, config: RunConfig | None = None) -> RecModel:
+        self.model = super().build_model(config)
+        return self.model
 
 
 def execute(
@@ -65,72 +125,114 @@ def execute(
 ) -> TaskResult:
     """Run ``config``'s task and record it.
 
-    Everything that can fail on user input (device, dataset preparation) is checked
-    before the MLflow run is created; a failure after that marks the run FAILED.
+    Everything that can fail on user input (device, output paths, dataset preparation,
+    memory) is checked before the MLflow run is created. A failure after that marks the
+    run FAILED; SIGINT/SIGTERM mark it KILLED with the metrics logged so far (and
+    re-raise :class:`~suite.runs.signals.Interrupted`/``KeyboardInterrupt``).
     """
     started = time.perf_counter()
-    device, data, task = preflight(config)
+    device, data, task = preflight(config, {"--out": out})
     seed_everything(config.seed, config.train.threads)
     env = environment(config.device)
 
-    tracker: Tracker | None = None
-    if config.tracking.enabled:
-        tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
-        name = (
-            config.tracking.run_name
-            or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}-s{config.seed}"
-        )
-        tracker = Tracker.start(
-            config.tracking.uri, config.tracking.experiment, name, tags, parent_run_id
-        )
-    try:
-        if tracker:
-            tracker.log_params(flatten(config.identity()))
-            tracker.log_text(config.to_yaml(), "config.yaml")
-
-        def log_metrics(metrics: dict[str, float], step: int) -> None:
+    with interruptible():
+        tracker: Tracker | None = None
+        if config.tracking.enabled:
+            tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
+            name = (
+                config.tracking.run_name
+                or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}-s{config.seed}"
+            )
+            tracker = Tracker.start(
+                config.tracking.uri, config.tracking.experiment, name, tags, parent_run_id
+            )
+        try:
+            return _run(config, data, task, device, env, tracker, out, on_validation, started)
+        except BaseException as exc:
             if tracker:
-                tracker.log_metrics(metrics, step)
+                with contextlib.suppress(SuiteError):  # the store may be what failed
+                    signal_name = interruption(exc)
+                    if signal_name:
+                        tracker.kill(f"{signal_name} during the run")
+                    else:
+                        tracker.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
+                        tracker.fail()
+            raise
 
-        def validation(metrics: dict[str, float], step: int) -> None:
-            log_metrics(metrics, step)
-            if on_validation:
-                on_validation(metrics, step)
 
-        ctx = RunContext(config, data, device, log_metrics, validation)
-        output = task.run(ctx)
-        result = TaskResult(
-            task=config.task.name,
-            model=config.model.name,
-            embedding=config.embedding.name,
-            dataset=config.dataset.name,
-            protocol=config.dataset.protocol,
-            seed=config.seed,
-            config=config.identity(),
-            config_hash=config.config_hash(),
-            data_fingerprint=data.fingerprint,
-            metrics=output.metrics,
-            higher_is_better=output.higher_is_better,
-            details=output.details,
-            environment=env,
-            mlflow_run_id=tracker.run_id if tracker else None,
-            mlflow_tracking_uri=tracker.uri if tracker else None,
-            created=now_iso(),
-            duration_s=round(time.perf_counter() - started, 3),
+def _run(
+    config: RunConfig,
+    data: PreparedDataset,
+    task: Task,
+    device: torch.device,
+    env: dict[str, Any],
+    tracker: Tracker | None,
+    out: str | Path | None,
+    on_validation: Callable[[dict[str, float], int], None] | None,
+    started: float,
+) -> TaskResult:
+    if tracker:
+        tracker.log_params(flatten(config.identity()))
+        tracker.log_text(config.to_yaml(), "config.yaml")
+        tracker.log_dataset(
+            name=f"{config.dataset.name}/{config.dataset.protocol}",
+            digest=data.fingerprint,
+            source=str(data.path) if data.path else config.dataset.name,
+            context="training",
+            rows=data.manifest.get("rows", {}),
+            fingerprint=data.fingerprint,
         )
-        result.write(result_path(config))
-        if out:
-            result.write(out)
+    last_step = 0
+
+    def log_metrics(metrics: dict[str, float], step: int) -> None:
+        nonlocal last_step
+        last_step = max(last_step, step)
         if tracker:
-            tracker.log_metrics(output.metrics)
-            tracker.log_text(result.model_dump_json(indent=2), "result.json")
-            tracker.log_text(_json(env), "environment.json")
-            tracker.finish()
-        return result
-    except BaseException:
-        if tracker:
-            tracker.fail()
-        raise
+            tracker.log_metrics(metrics, step)
+        _check_finite(config, metrics, step)
+
+    def validation(metrics: dict[str, float], step: int) -> None:
+        log_metrics(metrics, step)
+        if on_validation:
+            on_validation(metrics, step)
+
+    ctx = _TrackedContext(config, data, device, log_metrics, validation)
+    output = task.run(ctx)
+    final_step = int(output.details.get("steps", last_step) or last_step)
+    _check_finite(config, output.metrics, final_step)
+    result = TaskResult(
+        task=config.task.name,
+        model=config.model.name,
+        embedding=config.embedding.name,
+        dataset=config.dataset.name,
+        protocol=config.dataset.protocol,
+        seed=config.seed,
+        config=config.identity(),
+        config_hash=config.config_hash(),
+        data_fingerprint=data.fingerprint,
+        metrics=output.metrics,
+        higher_is_better=output.higher_is_better,
+        details=output.details,
+        environment=env,
+        mlflow_run_id=tracker.run_id if tracker else None,
+        mlflow_tracking_uri=tracker.uri if tracker else None,
+        created=now_iso(),
+        duration_s=round(time.perf_counter() - started, 3),
+    )
+    result.write(result_path(config, data.fingerprint))
+    if out:
+        result.write(out)
+    if tracker:
+        # the final figures belong to the last training step, after the last validation
+        tracker.log_metrics(output.metrics, final_step)
+        tracker.log_text(result.model_dump_json(indent=2), "result.json")
+        tracker.log_text(_json(env), "environment.json")
+        if ctx.model is not None:
+            from suite.runs.model_log import log_model
+
+            log_model(tracker, config, ctx.model, final_step)
+        tracker.finish()
+    return result
 
 
 def _json(data: Any) -> str:
