@@ -49,14 +49,33 @@ def fbgemm_version() -> str | None:
     return _version("fbgemm-gpu") or _version("fbgemm-gpu-cpu")
 
 
-def device_name(device: str) -> str:
-    if device == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (``platform.processor()`` is often empty
+    or just the architecture), else the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
     return platform.processor() or platform.machine()
 
 
+def gpu_model() -> str | None:
+    """The first CUDA device's name, or ``None`` without one."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def device_name(device: str) -> str:
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return cpu_model()
+
+
 def environment(device: str = "cpu") -> dict[str, str | int | None]:
-    """Versions, commit, device and thread count of this process."""
+    """Versions, commit, device, CPU/GPU model and thread count of this process."""
     return {
         "suite_version": __version__,
         "git_commit": git_commit(),
@@ -66,6 +85,9 @@ def environment(device: str = "cpu") -> dict[str, str | int | None]:
         "mlflow": _version("mlflow"),
         "device": device,
         "device_name": device_name(device),
+        "cpu_model": cpu_model(),
+        "gpu_model": gpu_model(),
         "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
         "platform": platform.platform(),
     }

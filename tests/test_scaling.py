@@ -16,13 +16,13 @@ from suite.tasks.scaling import DEFAULT_PRESETS, fit_power_law, preset_config
 from tests.conftest import TINY_DATA, tiny_config, tracking_uri
 
 
-def test_fit_recovers_a_power_law() -> None:
-    compute = [1e9, 1e10, 1e11, 1e12]
-    fit = fit_power_law(compute, [2.0 * c**-0.05 for c in compute])
-    assert fit["exponent"] == pytest.approx(0.05)
-    assert fit["a"] == pytest.approx(2.0)
-    assert fit["r2"] == pytest.approx(1.0)
-    noisy = fit_power_law(compute, [0.50, 0.47, 0.46, 0.42])
+def test_fit_recovers_a_saturating_power_law() -> None:
+    compute = [1e9, 1e10, 1e11, 1e12, 1e13]
+    fit = fit_power_law(compute, [0.4 + 2.0 * c**-0.05 for c in compute])
+    assert fit["exponent"] == pytest.approx(0.05, rel=1e-3)
+    assert fit["l_inf"] == pytest.approx(0.4, abs=1e-3)
+    assert fit["r2"] == pytest.approx(1.0) and fit["usable"] == 1.0
+    noisy = fit_power_law(compute, [0.50, 0.47, 0.46, 0.42, 0.43])
     assert 0 < noisy["r2"] < 1 and noisy["exponent"] > 0
 
 
@@ -82,7 +82,8 @@ def test_scaling_run_writes_plot_fits_and_mlflow_points(tmp_path: Path) -> None:
 
     for backbone in ("dlrm", "wukong"):
         fit = result.details["fits"][backbone]
-        assert fit["points"] == 3 and math.isfinite(fit["exponent"]) and 0 <= fit["r2"] <= 1
+        assert fit["points"] == 3 and math.isfinite(fit["exponent"]) and fit["r2"] <= 1
+        assert fit["usable"] == 0.0  # three points cannot pass the gate of a 3-parameter fit
         assert result.metrics[f"{backbone}_exponent"] == fit["exponent"]
         assert result.higher_is_better[f"{backbone}_exponent"] is True
 

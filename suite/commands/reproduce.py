@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from suite.commands.common import add_set_argument
 
@@ -10,20 +11,42 @@ from suite.commands.common import add_set_argument
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "reproduce",
-        help="re-derive the papers' claims and write results/<profile>/REPORT.md",
-        description="Run the reproduction specs of a profile (quick: built-in data on CPU; full: real "
-        "data on GPU), check every claim, and write the report and plots.",
+        help="re-derive the papers' claims and write results/reproduce/<profile>/REPORT.md",
+        description="Run the reproduction specs of a profile (quick: built-in data on CPU; full: "
+        "real data on GPU) under every seed of the profile, judge every claim on confidence "
+        "intervals, and write the report and plots. The checked-in reference report is "
+        "refreshed only on purpose: --out results/quick.",
     )
     parser.add_argument("--profile", default="quick", help="quick (default) or full")
     parser.add_argument("--paper", action="append", help="only this paper (repeatable; see --list)")
     parser.add_argument("--claim", action="append", help="only this claim id (repeatable)")
-    parser.add_argument("--out", help="report directory (default results/<profile>)")
+    parser.add_argument(
+        "--out",
+        help="report directory (default results/reproduce/<profile>, ignored by git; "
+        "results/<profile> refreshes the checked-in reference)",
+    )
     parser.add_argument("--tracking-uri", help="MLflow tracking URI")
-    parser.add_argument("--mlflow-ui", default=None, help="base URL of the MLflow UI for links")
     add_set_argument(parser, "override a field of every run, e.g. --set device=cuda")
     parser.add_argument("--list", action="store_true", help="list papers, profiles and claims")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(handler=handle)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as given (options in a canonical order), for the report's header."""
+    words = ["suite", "reproduce", "--profile", args.profile]
+    for paper in args.paper or []:
+        words += ["--paper", paper]
+    for claim in args.claim or []:
+        words += ["--claim", claim]
+    words += [f"--set={text}" for text in args.overrides]
+    if args.out:
+        words += ["--out", args.out]
+    if args.tracking_uri:
+        words += ["--tracking-uri", args.tracking_uri]
+    if args.quiet:
+        words.append("--quiet")
+    return shlex.join(words)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -32,8 +55,8 @@ def handle(args: argparse.Namespace) -> int:
     from suite.config import parse_override, set_dotted
     from suite.fileio import write_text_atomic
     from suite.reproduce.plots import draw_plots
-    from suite.reproduce.report import DEFAULT_UI, render_report
-    from suite.reproduce.runner import default_report_dir, reproduce
+    from suite.reproduce.report import render_report, summary_counts
+    from suite.reproduce.runner import default_report_dir, finish_tracking, reproduce
     from suite.reproduce.spec import list_specs, load_spec
 
     if args.list:
@@ -52,13 +75,29 @@ def handle(args: argparse.Namespace) -> int:
     if args.quiet:
         set_dotted(overrides, "train.progress", False)
     set_dotted(overrides, "tracking.experiment", f"reproduce-{args.profile}")
-    outcomes = reproduce(args.profile, args.paper, args.claim, overrides, progress=not args.quiet)
-    out_dir = Path(args.out) if args.out else default_report_dir(args.profile)
-    plots = draw_plots(outcomes, out_dir)
-    report = render_report(args.profile, outcomes, plots, args.mlflow_ui or DEFAULT_UI)
-    write_text_atomic(out_dir / "REPORT.md", report)
-    for outcome in outcomes:
+    command = command_line(args)
+    reproduction = reproduce(
+        args.profile, args.paper, args.claim, overrides, not args.quiet, command
+    )
+    out_dir = Path(args.out or default_report_dir(args.profile))
+    plots = draw_plots(reproduction, out_dir)
+    report = render_report(reproduction, plots, command)
+    path = write_text_atomic(out_dir / "REPORT.md", report)
+    counts = summary_counts(reproduction)
+    files = [str(path)] + [
+        str(p) for p in sorted(out_dir.glob("*")) if p.suffix in (".png", ".pdf")
+    ]
+    finish_tracking(
+        reproduction, files, {f"claims_{k.replace(' ', '_')}": v for k, v in counts.items()}
+    )
+    for outcome in reproduction.papers:
         for claim in outcome.claims:
-            print(f"{outcome.spec.paper:<10} {claim.verdict:<14} {claim.claim.id}")
-    print(f"report: {out_dir / 'REPORT.md'}")
+            print(f"{outcome.spec.paper:<10} {claim.verdict:<15} {claim.claim.id}")
+    print(
+        ", ".join(
+            f"{counts.get(v, 0)} {v}"
+            for v in ("holds", "does not hold", "inconclusive", "not measurable")
+        )
+    )
+    print(f"report: {path}")
     return 0

@@ -1,125 +1,240 @@
-"""``REPORT.md`` and its plots for a reproduction profile.
+"""``REPORT.md`` of a reproduction: header, verdict summary, claim and run tables, plots.
 
-Figures that depend on the machine's speed are kept in one section, "Timings", so that
-two runs of a profile on CPU give the same report outside it.
+Tables are written by pandas/tabulate (cells escaped, never hand-joined). Figures that
+depend on the machine's speed, and the date, stay in the last section, "Timings", so two
+runs of a profile on one machine give the same report outside it (see :func:`comparable`).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from suite.environment import environment
-from suite.reproduce.claims import describe
-from suite.reproduce.runner import PaperOutcome, RunRecord
+from suite.reproduce.claims import ClaimOutcome, describe
+from suite.reproduce.runner import PaperOutcome, Reproduction
+from suite.stats import Interval, ScalingFit
 
 TIMINGS_HEADING = "## Timings (machine-dependent)"
-DEFAULT_UI = "http://127.0.0.1:5000"
+VERDICTS = ("holds", "does not hold", "inconclusive", "not measurable")
+MIB = 2**20
 
 
-def fmt(value: float) -> str:
+def table(rows: list[dict[str, Any]]) -> str:
+    """A GitHub-flavoured Markdown table of ``rows`` (a pipe inside a cell is escaped)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows).astype(str)
+    frame = frame.map(lambda cell: cell.replace("|", "\\|").replace("\n", " "))
+    frame.columns = [str(c).replace("|", "\\|") for c in frame.columns]
+    return frame.to_markdown(index=False, tablefmt="github", disable_numparse=True)
+
+
+def number(value: float, unit: str = "") -> str:
+    """A figure in human units: bytes as MiB, rates as k samples/s, else 4 significant."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
-    if abs(value) >= 1e5 or (value != 0 and abs(value) < 1e-3):
-        return f"{value:.4g}"
+    if unit == "bytes":
+        return f"{value / MIB:.3f} MiB"
+    if unit == "rate":
+        return f"{value / 1000:.1f} k samples/s"
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.3e}"
     return f"{value:.4f}"
 
 
-def run_link(record: RunRecord, ui: str) -> str:
-    return f"{ui}/#/runs/{record.mlflow_run_id}" if record.mlflow_run_id else ""
+def unit_of(operand: object) -> str:
+    return "bytes" if isinstance(operand, str) and "bytes" in operand else ""
 
 
-def linked(value: float, record: RunRecord | None, ui: str) -> str:
-    text = fmt(value)
-    return f"[{text}]({run_link(record, ui)})" if record and record.mlflow_run_id else text
+def interval(ci: Interval | None, unit: str = "") -> str:
+    """``mean [low, high] (n=N)``; a single value shows ``n=1`` and no interval."""
+    if ci is None:
+        return ""
+    if math.isnan(ci.mean):
+        return f"n/a (n={ci.n})"
+    if math.isnan(ci.low):
+        return f"{number(ci.mean, unit)} (n={ci.n})"
+    if ci.low == ci.high:
+        return f"{number(ci.mean, unit)} (exact, n={ci.n})"
+    return f"{number(ci.mean, unit)} [{number(ci.low, unit)}, {number(ci.high, unit)}] (n={ci.n})"
 
 
-def _operand_record(operand: object, outcome: PaperOutcome) -> RunRecord | None:
-    if isinstance(operand, str):
-        return outcome.runs.get(operand.split(".", 1)[0])
-    if isinstance(operand, dict):
-        ref = next(iter(operand.values()))[0]
-        return outcome.runs.get(ref.split(".", 1)[0])
-    return None
+def p_value(p: float) -> str:
+    if math.isnan(p):
+        return "n/a"
+    return "<1e-4" if p < 1e-4 else f"{p:.4f}"
+
+
+def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
+    c = outcome.claim
+    scaling = bool(c.families())
+    left_unit = "" if scaling else unit_of(c.left)
+    right_unit = "" if scaling else unit_of(c.right)
+    right = (
+        f"target {number(outcome.target, right_unit)}"
+        if outcome.target is not None
+        else interval(outcome.right, right_unit)
+    )
+    diff_unit = left_unit if left_unit == right_unit else ""
+    return {
+        "claim": c.text,
+        "test": describe(c),
+        "left (mean [95% CI])": interval(outcome.left, left_unit),
+        "right": right,
+        "difference [95% CI]": interval(outcome.difference, diff_unit) or "—",
+        "p": p_value(outcome.p_value),
+        "verdict": f"**{outcome.verdict}**",
+    }
+
+
+def run_row(run_id: str, outcome: PaperOutcome) -> dict[str, str]:
+    rec = outcome.runs[run_id]
+    return {
+        "run": run_id,
+        "model": rec.config.model.name,
+        "embedding": rec.config.embedding.name,
+        "task": rec.config.task.name,
+        "test AUC": interval(rec.interval("test_auc")),
+        "test log loss": interval(rec.interval("test_logloss")),
+        "embedding memory": number(rec.metrics.get("embedding_bytes", math.nan), "bytes"),
+        "training FLOPs": number(rec.metrics.get("training_flops", math.nan)),
+        "config": rec.config.config_hash(),
+    }
+
+
+def fit_row(family: str, outcome: PaperOutcome, fit: ScalingFit) -> dict[str, str]:
+    members = outcome.families.get(family, [])
+    flops = [outcome.runs[f"{family}/{m}"].metrics.get("training_flops", math.nan) for m in members]
+    f = fit.fit
+    return {
+        "family": family,
+        "sizes": str(len(members)),
+        "training FLOPs": f"{number(min(flops))} .. {number(max(flops))}",
+        "L∞": number(f.l_inf),
+        "a": number(f.a),
+        "exponent b [95% CI]": interval(fit.exponent),
+        "R²": number(f.r2),
+        "bootstrap fits failed": f"{fit.failed:.0%}",
+        "quality gate": "passes" if fit.measurable else "fails",
+    }
+
+
+def summary_counts(reproduction: Reproduction) -> Counter:
+    return Counter(c.verdict for p in reproduction.papers for c in p.claims)
+
+
+def summary_line(reproduction: Reproduction) -> str:
+    counts = summary_counts(reproduction)
+    total = sum(counts.values())
+    parts = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
+    return f"**{total} claims: {parts}.**"
 
 
 def render_report(
-    profile: str, outcomes: list[PaperOutcome], plots: list[str], ui: str = DEFAULT_UI
+    reproduction: Reproduction, plots: list[str], command: str, date: datetime | None = None
 ) -> str:
     """The report's Markdown."""
-    env = environment()
-    claims = [c for o in outcomes for c in o.claims]
-    held = sum(c.holds is True for c in claims)
-    failed = sum(c.holds is False for c in claims)
-    missing = sum(c.holds is None for c in claims)
+    import json
+
+    first = next(iter(next(iter(reproduction.papers)).runs.values())).config
+    env = environment(first.device)
+    recorded = [
+        r.environment
+        for p in reproduction.papers
+        for rec in p.runs.values()
+        for r in rec.results.values()
+    ]
+    threads = sorted({str(e.get("threads")) for e in recorded}) or [str(env["threads"])]
+    cpus = sorted({str(e.get("cpu_model")) for e in recorded}) or [str(env["cpu_model"])]
+    machine = f"{' / '.join(cpus)}, {' / '.join(threads)} torch thread(s)"
+    gpus = sorted({str(e["gpu_model"]) for e in recorded if e.get("gpu_model")})
+    if gpus:
+        machine += f"; GPU {' / '.join(gpus)}"
+    header = [
+        {"": "command", " ": f"`{command}`"},
+        {"": "overrides", " ": json.dumps(reproduction.overrides, sort_keys=True) or "none"},
+        {"": "commit", " ": str(env["git_commit"])},
+        {"": "machine", " ": f"{machine}; runs on {first.device}"},
+        {
+            "": "software",
+            " ": f"suite {env['suite_version']}, python {env['python']}, torch {env['torch']}, "
+            f"fbgemm {env['fbgemm']}, mlflow {env['mlflow']}",
+        },
+        {"": "seeds", " ": ", ".join(map(str, reproduction.seeds)) + " (every run, paired)"},
+        {"": "MLflow parent run", " ": reproduction.mlflow_run_id or "tracking off"},
+    ]
     lines = [
-        f"# Reproduction report: `{profile}` profile",
+        f"# Reproduction report: `{reproduction.profile}` profile",
         "",
-        f"Produced by `suite reproduce --profile {profile}` (`nox -s reproduce`). "
-        f"suite {env['suite_version']}, torch {env['torch']}, fbgemm {env['fbgemm']}, "
-        f"device {env['device']}.",
-        "Each figure links to its MLflow run (start `mlflow ui --backend-store-uri "
-        "sqlite:///mlruns/mlflow.db` to follow the links).",
+        table(header),
         "",
-        f"**{len(claims)} claims: {held} hold, {failed} do not hold, {missing} not measured.**",
+        summary_line(reproduction),
+        "",
+        "Each claim is judged on 95% confidence intervals over the seeds: a comparison on the "
+        "per-seed paired differences (Student t unless noted), a threshold on the mean, a "
+        "scaling claim on a bootstrap over seeds and sizes of `L = L∞ + a·C^-b`. `holds`: the "
+        "whole interval lies on the claimed side of the margin; `does not hold`: wholly on the "
+        "other side; `inconclusive`: the interval straddles it; `not measurable`: no interval "
+        "(missing figure, or a fit that fails its quality gate). The p-value is that of a "
+        "zero difference (paired t-test; bootstrap for scaling claims). On one machine and "
+        "thread count every figure is bit-identical when rerun; another CPU model may move "
+        "the last digits (fbgemm and oneDNN pick different SIMD kernels).",
         "",
     ]
-    for outcome in outcomes:
+    for outcome in reproduction.papers:
         spec = outcome.spec
         title = f"[{spec.title}]({spec.link})" if spec.link else spec.title
-        lines += [
-            f"## {spec.paper}: {title}",
-            "",
-            "| claim | comparison | left | right | verdict |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        for c in outcome.claims:
-            left = linked(c.left, _operand_record(c.claim.left, outcome), ui)
-            right = linked(c.right, _operand_record(c.claim.right, outcome), ui)
-            verdict = {True: "**holds**", False: "**does not hold**", None: "not measured"}[c.holds]
-            lines.append(
-                f"| {c.claim.text} | `{describe(c.claim)}` | {left} | {right} | {verdict} |"
-            )
-        lines += [
-            "",
-            "| run | model | embedding | task | test AUC | test log loss | embedding bytes | seeds | config |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for rid, rec in outcome.runs.items():
-            m = rec.metrics
-            auc = linked(m.get("test_auc", math.nan), rec, ui)
-            loss = fmt(m.get("test_logloss", math.nan))
-            if rec.std.get("test_auc") is not None:
-                auc += f" ± {fmt(rec.std['test_auc'])}"
-            lines.append(
-                f"| {rid} | {rec.config.model.name} | {rec.config.embedding.name} | {rec.config.task.name} "
-                f"| {auc} | {loss} | {fmt(m.get('embedding_bytes', math.nan))} "
-                f"| {','.join(map(str, rec.seeds))} | `{rec.config.config_hash()}` |"
-            )
-        lines.append("")
+        lines += [f"## {spec.paper}: {title}", ""]
+        note = spec.profiles[outcome.profile].note
+        if note:
+            lines += [f"Profile `{outcome.profile}`: {note}", ""]
+        if spec.source:
+            lines += [f"Reference figures: {spec.source}", ""]
+        lines += [table([claim_row(c) for c in outcome.claims]), ""]
+        notes = [f"- {c.claim.id}: {c.note}" for c in outcome.claims if c.note]
+        if notes:
+            lines += ["Notes:", "", *notes, ""]
+        if outcome.fits:
+            lines += [table([fit_row(f, outcome, fit) for f, fit in outcome.fits.items()]), ""]
+        lines += [table([run_row(rid, outcome) for rid in outcome.runs]), ""]
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{Path(p).stem}]({p})" for p in plots]
         lines.append("")
+    when = (date or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     lines += [
         TIMINGS_HEADING,
         "",
-        "| paper | run | train samples/s | wall s |",
-        "| --- | --- | --- | --- |",
+        f"Date {when}; the whole reproduction took {reproduction.duration_s / 60:.1f} min.",
+        "",
     ]
-    for outcome in outcomes:
+    timing_rows = []
+    seen: set[str] = set()
+    for outcome in reproduction.papers:
         for rid, rec in outcome.runs.items():
-            lines.append(
-                f"| {outcome.spec.paper} | {rid} | "
-                f"{fmt(rec.metrics.get('train_samples_per_s', math.nan))} | {rec.duration_s:.1f} |"
+            key = rec.config.config_hash()
+            if key in seen:
+                continue
+            seen.add(key)
+            timing_rows.append(
+                {
+                    "run": f"{outcome.spec.paper}/{rid}",
+                    "train throughput (mean over seeds)": number(
+                        rec.metrics.get("train_samples_per_s", math.nan), "rate"
+                    ),
+                    "wall s (all seeds)": f"{rec.duration_s:.1f}",
+                }
             )
-    lines.append("")
+    lines += [table(timing_rows), ""]
     return "\n".join(lines)
 
 
 def comparable(report: str) -> str:
-    """The report without its timings section and MLflow run ids (random per run)."""
-    import re
-
+    """The report without its timings section and the parent MLflow run id (random)."""
     body = report.split(TIMINGS_HEADING, 1)[0]
-    return re.sub(r"#/runs/[0-9a-f]+", "#/runs/<id>", body)
+    return re.sub(r"[0-9a-f]{32}", "<run id>", body)

@@ -1,22 +1,67 @@
 """Reproduction specs: the runs a paper's claims need and the claims themselves.
 
-A spec is YAML in ``suite/reproductions/<paper>.yaml``::
+A spec is YAML in ``suite/reproductions/<paper>.yaml``. Every run of every profile runs
+once per seed of the profile (the same seeds for every run, so values pair by seed)::
 
-    paper: qr
-    title: Compositional Embeddings Using Complementary Partitions (Shi et al. 2019)
-    profiles:                      # partial run configs every run of the profile starts from
-      quick: {base: {dataset: {name: criteo-synth}}}
-      full:  {base: {dataset: {name: criteo-kaggle, protocol: dlrm}, device: cuda}, seeds: [0, 1, 2]}
-    runs:                          # partial run configs merged over the profile's base
-      full: {embedding: {name: full}}
-      qr: {embedding: {name: qr, options: {collisions: 4}}}
-    claims:
-      - {id: qr-near-full, text: ..., kind: within, left: qr.test_auc, right: full.test_auc, tolerance: 0.01}
+    paper: qr                          # the spec's name (also its file stem)
+    title: Compositional Embeddings ... (Shi et al. 2019)
+    link: https://arxiv.org/abs/1909.02107
+    source: where the paper's figures come from (table, figure, README line)
+    profiles:                          # what every run of a profile starts from
+      quick:
+        base: {dataset: {name: criteo-synth, options: {train_rows: 40000}}}
+        seeds: [0, 1, 2, 3, 4]         # quick: >= 5 seeds; full: >= 3
+        runs: {full: {train: {...}}}   # optional per-run extras for this profile only
+        families: {...}                # optional, see below
+        note: what this profile shrinks (data, steps, sizes) and why; shown in the report
+      full:
+        base: {dataset: {name: criteo-kaggle, protocol: dlrm}, device: cuda}
+        seeds: [0, 1, 2]
+    runs:                              # partial run configs merged over the profile's base
+      full: {embedding: {name: full, options: {dim: 16}}, task: {name: accuracy}}
+      hash_4: {embedding: {name: hash, options: {dim: 16, ratio: 4}}, task: {name: accuracy}}
+    claims: [...]
+
+**Families** (scaling studies) expand into ordinary ``accuracy`` runs, one per member,
+named ``<family>/<member>``; a member is a model-size preset name
+(``suite/presets/models``) or a partial config (its ``model`` replaces the run's whole)::
+
+    families:
+      dlrm: {xs: dlrm-xs, s: dlrm-s}                       # presets
+      wukong: {a: {model: {name: wukong, options: {...}}}} # inline sizes
+    runs:
+      dlrm: {embedding: {name: full, options: {dim: 16}}}  # optional: config of the family
+
+**Claims** (``kind`` names the direction; ``margin`` the practical size the paper claims,
+0.001 AUC being the field's threshold):
+
+* comparative, both sides ``"run.metric"`` (or ``{ratio: [a, b]}`` / ``{diff: [a, b]}``
+  of references): judged on the CI of the per-seed paired differences ``left - right``.
+  ``greater``: ``left > right + margin``; ``less``: ``left < right - margin``;
+  ``within``: ``|left - right| <= margin``.
+* threshold, ``right`` a number: judged on the CI of the mean of ``left`` over seeds.
+  ``at_least`` / ``at_most`` are ``greater`` / ``less`` with margin 0.
+* ``ci: bootstrap`` (seeded percentile bootstrap) instead of the default Student t, for
+  skewed figures.
+* ``over: {b: [2, 4, 8, 16]}`` repeats a claim for each value, with ``{b}`` replaced in
+  its ``id``, ``text`` and references (a curve: one row per point).
+* ``exponent_greater``: ``left`` and ``right`` are families; the claim is that ``left``'s
+  scaling exponent ``b`` (``metric = L_inf + a C^-b``, ``C`` = training FLOPs) has a CI
+  wholly above ``right``'s. ``less_at_compute``: ``left``'s fitted ``metric`` is lower by
+  more than ``margin`` at the largest compute both families reach. Both bootstrap over
+  seeds and points and need each fit to pass the quality gate (``suite.stats``), else
+  ``not measurable``.
+* ``profiles: [quick]`` limits a claim to some profiles (default all).
+
+Verdicts: ``holds`` when the whole CI lies on the claimed side, ``does not hold`` when it
+lies wholly on the other side, ``inconclusive`` otherwise, ``not measurable`` without an
+interval (one seed, a missing figure, a fit that fails its gate).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +73,9 @@ from suite.errors import ConfigError
 SPEC_DIR = Path(__file__).resolve().parent.parent / "reproductions"
 
 Operand = float | str | dict[str, list[str]]
+COMPARATIVE = ("greater", "less", "within", "at_least", "at_most")
+SCALING = ("exponent_greater", "less_at_compute")
+Member = str | dict[str, Any]
 
 
 class Frozen(BaseModel):
@@ -35,31 +83,50 @@ class Frozen(BaseModel):
 
 
 class Profile(Frozen):
-    """What every run of a profile starts from, and the seeds it runs."""
+    """What every run of a profile starts from, the seeds it runs and its families."""
 
     base: dict[str, Any] = Field(default_factory=dict)
-    seeds: list[int] = Field(default_factory=lambda: [0])
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
     runs: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-run extra config for this profile only"
     )
+    families: dict[str, dict[str, Member]] = Field(
+        default_factory=dict, description="family -> member -> preset name or partial config"
+    )
+    note: str | None = Field(
+        None, description="shown in the report: what the profile shrinks and why"
+    )
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {seeds}")
+        return seeds
+
+
+def _references(operand: Operand) -> list[str]:
+    if isinstance(operand, str):
+        return [operand]
+    if isinstance(operand, dict):
+        return list(next(iter(operand.values())))
+    return []
 
 
 class Claim(Frozen):
-    """A comparison of measured figures.
-
-    kinds: ``less`` (left < right - margin), ``greater`` (left > right + margin),
-    ``within`` (|left - right| <= tolerance), ``at_most`` (left <= right),
-    ``at_least`` (left >= right). Operands: a number, ``"run.metric"``, or
-    ``{ratio: [a, b]}`` / ``{diff: [a, b]}`` of two such references.
-    """
+    """A claim of a paper, checked on measured figures (see the module docstring)."""
 
     id: str
     text: str
-    kind: Literal["less", "greater", "within", "at_most", "at_least"]
+    kind: Literal[
+        "greater", "less", "within", "at_least", "at_most", "exponent_greater", "less_at_compute"
+    ]
     left: Operand
     right: Operand
-    margin: float = 0.0
-    tolerance: float = 0.0
+    margin: float = Field(0.0, ge=0)
+    metric: str = Field("test_logloss", description="scaling claims: the fitted metric")
+    ci: Literal["t", "bootstrap"] = "t"
+    over: dict[str, list[Any]] | None = None
     profiles: list[str] | None = Field(
         None, description="profiles the claim applies to (default all)"
     )
@@ -73,18 +140,58 @@ class Claim(Frozen):
             refs = next(iter(value.values()))
             if len(refs) != 2 or not all(isinstance(r, str) and "." in r for r in refs):
                 raise ValueError("ratio/diff take two 'run.metric' references")
-        elif isinstance(value, str) and "." not in value:
-            raise ValueError(f"a reference looks like 'run.metric', got {value!r}")
         return value
 
-    def references(self) -> list[str]:
-        refs: list[str] = []
+    @model_validator(mode="after")
+    def _check_shape(self) -> Claim:
+        if self.kind in SCALING:
+            if not (isinstance(self.left, str) and isinstance(self.right, str)):
+                raise ValueError(f"claim {self.id}: {self.kind} compares two family names")
+            return self
         for operand in (self.left, self.right):
-            if isinstance(operand, str):
-                refs.append(operand)
-            elif isinstance(operand, dict):
-                refs.extend(next(iter(operand.values())))
-        return refs
+            if isinstance(operand, str) and "." not in operand:
+                raise ValueError(
+                    f"claim {self.id}: a reference looks like 'run.metric', got {operand!r}"
+                )
+        if not _references(self.left):
+            raise ValueError(f"claim {self.id}: left must reference a measured figure")
+        return self
+
+    @property
+    def comparative(self) -> bool:
+        """Both sides measured: judged on paired per-seed differences."""
+        return self.kind in COMPARATIVE and bool(_references(self.right))
+
+    def references(self) -> list[str]:
+        if self.kind in SCALING:
+            return []
+        return _references(self.left) + _references(self.right)
+
+    def families(self) -> list[str]:
+        return [str(self.left), str(self.right)] if self.kind in SCALING else []
+
+    def expand(self) -> list[Claim]:
+        """The claim once per value of ``over`` (itself when there is none)."""
+        if not self.over:
+            return [self]
+        ((name, values),) = self.over.items()
+        out = []
+        for value in values:
+
+            def sub(text: Any, value: Any = value) -> Any:
+                if isinstance(text, str):
+                    return text.replace("{" + name + "}", str(value))
+                if isinstance(text, dict):
+                    return {k: [sub(r) for r in v] for k, v in text.items()}
+                return text
+
+            data = self.model_dump()
+            data.update(
+                id=sub(self.id), text=sub(self.text), left=sub(self.left), right=sub(self.right)
+            )
+            data["over"] = None
+            out.append(Claim.model_validate(data))
+        return out
 
 
 class ReproductionSpec(Frozen):
@@ -93,23 +200,52 @@ class ReproductionSpec(Frozen):
     paper: str
     title: str
     link: str | None = None
+    source: str | None = Field(None, description="where the paper's reference figures come from")
     profiles: dict[str, Profile]
-    runs: dict[str, dict[str, Any]]
+    runs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     claims: list[Claim]
+
+    @field_validator("claims")
+    @classmethod
+    def _expand(cls, claims: list[Claim]) -> list[Claim]:
+        return [c for claim in claims for c in claim.expand()]
 
     @model_validator(mode="after")
     def _check_references(self) -> ReproductionSpec:
-        for claim in self.claims:
-            for ref in claim.references():
-                run = ref.split(".", 1)[0]
-                if run not in self.runs:
-                    raise ValueError(
-                        f"claim {claim.id}: unknown run {run!r} (runs: {', '.join(self.runs)})"
-                    )
         ids = [c.id for c in self.claims]
         if len(ids) != len(set(ids)):
             raise ValueError("claim ids must be unique")
+        for claim in self.claims:
+            for name, profile in self.profiles.items():
+                if claim.profiles is not None and name not in claim.profiles:
+                    continue
+                runs = self.run_ids(name)
+                for ref in claim.references():
+                    run = ref.split(".", 1)[0]
+                    if run not in runs:
+                        close = difflib.get_close_matches(run, runs, n=1)
+                        hint = f" Did you mean {close[0]!r}?" if close else ""
+                        raise ValueError(
+                            f"claim {claim.id}: unknown run {run!r} in profile {name}.{hint} "
+                            f"(runs: {', '.join(runs)})"
+                        )
+                for family in claim.families():
+                    if family not in profile.families:
+                        raise ValueError(
+                            f"claim {claim.id}: unknown family {family!r} in profile {name} "
+                            f"(families: {', '.join(profile.families) or 'none'})"
+                        )
+        for name, profile in self.profiles.items():
+            for family, members in profile.families.items():
+                if not members:
+                    raise ValueError(f"profile {name}: family {family!r} has no members")
         return self
+
+    def run_ids(self, profile: str) -> list[str]:
+        """The plain runs and every family member's run of ``profile``."""
+        families = self.profiles[profile].families
+        members = [f"{family}/{m}" for family, ms in families.items() for m in ms]
+        return [r for r in self.runs if r not in families] + members
 
 
 def list_specs(directory: Path = SPEC_DIR) -> list[str]:
@@ -132,6 +268,5 @@ def load_spec(name_or_path: str | Path, directory: Path = SPEC_DIR) -> Reproduct
     try:
         return ReproductionSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(
-            f"invalid reproduction spec {path}: {format_validation_error(exc)}"
-        ) from None
+        message = re.sub(r"\s+", " ", format_validation_error(exc))
+        raise ConfigError(f"invalid reproduction spec {path}: {message}") from None
