@@ -86,6 +86,28 @@ def _click_header(driver: Any, section: str, header: str) -> None:
     raise AssertionError(f"no header {header!r} in {section}")
 
 
+def _headers(driver: Any, section: str) -> list[str]:
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#' + arguments[0] + ' thead th'))"
+        ".map(th => th.textContent.trim())",
+        section,
+    )
+
+
+def _sort_marks(driver: Any, section: str) -> dict[str, tuple[str, str]]:
+    """Each sorted column's header -> (aria-sort, the arrow the page draws after it)."""
+    marks = driver.execute_script(
+        """
+        return Array.from(document.querySelectorAll('#' + arguments[0] + ' thead th'))
+          .filter(th => th.getAttribute('aria-sort') !== 'none')
+          .map(th => [th.textContent.trim(), th.getAttribute('aria-sort'),
+                      getComputedStyle(th.querySelector('button'), '::after').content]);
+        """,
+        section,
+    )
+    return {head: (sort, content.strip('" ')) for head, sort, content in marks}
+
+
 def _circles(driver: Any, chart: str) -> int:
     return driver.execute_script(
         "return document.querySelectorAll('#chart-' + arguments[0] + ' circle').length", chart
@@ -117,16 +139,39 @@ def test_page_sorts_filters_charts_and_runs_no_injected_script(
     assert _circles(browser, "g1") == 3
     assert _circles(browser, "g0") == 1
 
-    # sorting by clicking a header: ascending, then descending
-    assert _column(browser, "g1", "Embedding") == ["full", "qr", "hash"]  # ranked by test_auc
-    _click_header(browser, "g1", "test_auc")
-    assert _column(browser, "g1", "Embedding") == ["hash", "qr", "full"]
-    _click_header(browser, "g1", "test_auc")
+    # the board arrives ranked by Test AUC, best first, and its header says so
     assert _column(browser, "g1", "Embedding") == ["full", "qr", "hash"]
-    _click_header(browser, "g1", "embedding_bytes")
+    assert _sort_marks(browser, "g1") == {"Test AUC": ("descending", "▼")}
+    assert not any(arrow in h for h in _headers(browser, "g1") for arrow in "↑↓")
+    # a click on the sorted column reverses it, and the arrow follows the order shown
+    _click_header(browser, "g1", "Test AUC")
     assert _column(browser, "g1", "Embedding") == ["hash", "qr", "full"]
+    assert _sort_marks(browser, "g1") == {"Test AUC": ("ascending", "▲")}
+    _click_header(browser, "g1", "Test AUC")
+    assert _column(browser, "g1", "Embedding") == ["full", "qr", "hash"]
+    assert _sort_marks(browser, "g1") == {"Test AUC": ("descending", "▼")}
+    # the first click on another metric puts its best first: least memory, lowest log loss
+    _click_header(browser, "g1", "Embedding memory")
+    assert _column(browser, "g1", "Embedding") == ["hash", "qr", "full"]
+    assert _sort_marks(browser, "g1") == {"Embedding memory": ("ascending", "▲")}
+    _click_header(browser, "g1", "Test log loss")
+    assert _sort_marks(browser, "g1") == {"Test log loss": ("ascending", "▲")}
+    losses = [float(v.split()[0]) for v in _column(browser, "g1", "Test log loss")]
+    assert losses == sorted(losses)
+    _click_header(browser, "g1", "Test AUC")  # from unsorted: best (highest) first
+    assert _column(browser, "g1", "Embedding") == ["full", "qr", "hash"]
+    assert _sort_marks(browser, "g1") == {"Test AUC": ("descending", "▼")}
     _click_header(browser, "g1", "Submitter")
     assert _column(browser, "g1", "Submitter") == [HOSTILE, "Ada", "Grace"]
+    assert _sort_marks(browser, "g1") == {"Submitter": ("ascending", "▲")}
+
+    # fewer columns by default; the rest behind "all columns"
+    notes = browser.find_element(By.CSS_SELECTOR, "#g1 thead th:last-child")
+    assert not notes.is_displayed()
+    browser.find_element(By.ID, "all-columns").click()
+    assert notes.is_displayed()
+    browser.find_element(By.ID, "all-columns").click()
+    assert not notes.is_displayed()
 
     # filters: dataset, embedding method, free text
     criteo = browser.find_element(By.ID, "g1")

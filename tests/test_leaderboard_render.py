@@ -16,17 +16,22 @@ from suite.leaderboard.render import (
     SCRIPT,
     STYLE,
     Item,
+    board_rows,
     csp_hash,
+    format_interval,
     groups,
     json_for_script,
     md_text,
     render_html,
     render_markdown,
+    row_cells,
     safe_url,
+    welch_p_value,
     write_leaderboard,
 )
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.submit import write_submission
+from suite.leaderboard.verified import Verifications
 from tests.test_leaderboard_validate import make_submission, registry_for
 
 REPO_BOARD = Path(__file__).resolve().parents[1] / "leaderboard"
@@ -156,7 +161,11 @@ def test_render_command_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def _repo_items() -> list[Item]:
     files = sorted((REPO_BOARD / "submissions").glob("*.json"))
-    return [Item(p.name, Submission.model_validate_json(p.read_text())) for p in files]
+    verified = Verifications.load(REPO_BOARD / "verifications.yaml")
+    return [
+        Item(p.name, Submission.model_validate_json(p.read_text()), verified.is_verified(p.name))
+        for p in files
+    ]
 
 
 def test_repository_leaderboard_is_rendered_from_its_submissions(tmp_path: Path) -> None:
@@ -178,3 +187,120 @@ def test_repository_submissions_validate_and_use_registered_data(
     subs = [i.sub for i in _repo_items()]
     assert any(s.dataset == "criteo-synth" and s.environment.device == "cpu" for s in subs)
     assert all(len(s.seeds) >= 3 for s in subs)
+
+
+def gfm_tables(text: str) -> list[list[list[str]]]:
+    """Every table of a Markdown text as parsed by markdown-it-py with GFM tables: a list
+    of rows (the header first), each the list of its cells' inline source."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    tables: list[list[list[str]]] = []
+    row: list[str] | None = None
+    for token in tokens:
+        if token.type == "table_open":
+            tables.append([])
+        elif token.type == "tr_open":
+            row = []
+        elif token.type == "inline" and row is not None:
+            row.append(token.content)
+        elif token.type == "tr_close" and row is not None:
+            tables[-1].append(row)
+            row = None
+    return tables
+
+
+def test_markdown_tables_parse_with_every_cell_under_gfm() -> None:
+    """A ``|`` in a paper URL (valid in a URL), in notes or in a name never adds or drops a
+    cell: each row has the header's cells and the link still points where it should."""
+    piped = make_submission(
+        "Pipe | Co", embedding="hash", auc=0.72, paper="https://example.org/a|b?q=(1)"
+    )
+    items = [*sample_items(), Item(piped.filename(), piped)]
+    text = render_markdown(items)
+    tables = gfm_tables(text)
+    assert len(tables) == len(groups(items)) == 2
+    for table in tables:
+        header = table[0]
+        assert "Test AUC" in header and "Submitter" in header
+        assert all(len(row) == len(header) for row in table), table
+    criteo = tables[1]
+    submitters = [row[criteo[0].index("Submitter")] for row in criteo[1:]]
+    assert "Pipe | Co" in submitters  # the escaped pipe is text inside its cell
+    from markdown_it import MarkdownIt
+
+    page = MarkdownIt("commonmark").enable("table").render(text)
+    assert 'href="https://example.org/a%7Cb?q=%281%29"' in page
+
+
+def test_render_shows_labels_units_and_fewer_columns() -> None:
+    (avazu, criteo) = groups(sample_items())
+    heads = [column.head for column, _ in row_cells(criteo, 1, criteo.items[0])]
+    assert "Test AUC" in heads and "Embedding memory" in heads and "Test log loss" in heads
+    assert "Training speed (samples/s)" in heads and "Forward FLOPs (per example)" in heads
+    assert not any("_" in h for h in heads)  # no raw metric names
+    table = gfm_tables(render_markdown(sample_items()))[1]
+    assert len(table[0]) <= 12 < len(heads)  # the README shows the default columns only
+    assert "Training speed (samples/s)" not in table[0]
+
+
+def test_intervals_show_significant_digits() -> None:
+    from suite.stats import Interval
+
+    assert format_interval(Interval(0.711, 0.711 - 4e-5, 0.711 + 4e-5, 3)) == "0.711000 ± 0.000040"
+    assert format_interval(Interval(0.7193, 0.7120, 0.7266, 3)) == "0.7193 ± 0.0073"
+    assert format_interval(Interval(0.5, 0.5, 0.5, 3)) == "0.5000"
+    assert format_interval(Interval(6735.0, 6210.0, 7260.0, 3), thousands=True) == "6,735 ± 525"
+    # a board entry whose seeds barely differ is not shown as "± 0.0000"
+    sub = make_submission("Ada", auc=0.74)
+    seeds = [
+        run.model_copy(update={"metrics": {**run.metrics, "test_auc": 0.74 + 2e-5 * n}})
+        for n, run in enumerate(sub.seeds)
+    ]
+    item = Item("x.json", sub.model_copy(update={"seeds": seeds}))
+    (group,) = groups([item])
+    text = dict((c.key, cell.text) for c, cell in row_cells(group, 1, item))["test_auc"]
+    assert text == "0.740020 ± 0.000050", text
+
+
+def test_unverified_entries_never_rank_first_and_ties_are_marked() -> None:
+    """A made-up but self-consistent entry with the best AUC shows below the verified ones,
+    unranked; entries not distinguishable from #1 (Welch's t-test, p >= 0.05) say tie."""
+    fake = make_submission("Mallory", embedding="qr", auc=0.99)
+    items = [Item(i.file, i.sub, verified=i.sub.submitter != "Lin") for i in sample_items()] + [
+        Item(fake.filename(), fake)
+    ]
+    criteo = groups(items)[1]
+    assert [i.sub.submitter for i in criteo.items][-1] == "Mallory"
+    rows = {
+        item.sub.submitter: {c.key: cell.text for c, cell in row}
+        for item, row in zip(criteo.items, board_rows(criteo), strict=True)
+    }
+    assert rows["Ada"]["rank"] == "1" and rows["Ada"]["versus"] == "best"
+    assert rows["Mallory"]["rank"] == "–" and rows["Mallory"]["status"] == "unverified"
+    assert rows["Ada"]["status"] == "verified"
+    assert rows["Mallory"]["versus"].startswith("worse")  # different, but not ranked above
+    # the three sample entries differ by 0.01 AUC at the same seed spread: distinguishable
+    assert rows["Grace"]["versus"].startswith("worse (p=")
+    close = make_submission("Close", embedding="hash", auc=0.7395)
+    items.append(Item(close.filename(), close, verified=True))
+    criteo = groups(items)[1]
+    rows = {
+        item.sub.submitter: {c.key: cell.text for c, cell in row}
+        for item, row in zip(criteo.items, board_rows(criteo), strict=True)
+    }
+    assert rows["Close"]["versus"].startswith("tie (p=")
+    table = gfm_tables(render_markdown(items))[1]
+    top = dict(zip(table[0], table[1], strict=True))
+    assert (top["\\#"], top["Submitter"], top["Status"]) == ("1", "Ada", "verified")
+    last = dict(zip(table[0], table[-1], strict=True))
+    assert (last["\\#"], last["Submitter"], last["Status"]) == ("–", "Mallory", "unverified")
+
+
+def test_welch_p_value_against_scipy_worked_example() -> None:
+    from scipy import stats
+
+    a, b = [0.70, 0.71, 0.72], [0.69, 0.70, 0.74]
+    assert welch_p_value(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    assert welch_p_value([0.5] * 3, [0.5] * 3) == 1.0
+    assert welch_p_value([0.5] * 3, [0.6] * 3) == 0.0

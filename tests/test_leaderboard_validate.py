@@ -247,7 +247,7 @@ CASES = [
     ),
     pytest.param(
         _seed_metric(1, "test_logloss", -0.25),
-        [("seeds[1].metrics.test_logloss", "log loss must be >= 0, got -0.25")],
+        [("seeds[1].metrics.test_logloss", "Test log loss must be >= 0, got -0.25")],
         id="logloss-negative",
     ),
     pytest.param(
@@ -262,7 +262,12 @@ CASES = [
     ),
     pytest.param(
         _set("metrics.test_auc.higher_is_better", False),
-        [("metrics.test_auc.higher_is_better", "must be true for AUC")],
+        [
+            (
+                "metrics.test_auc.higher_is_better",
+                "must be true ('accuracy' declares Test AUC higher is better)",
+            )
+        ],
         id="auc-direction",
     ),
     pytest.param(
@@ -387,26 +392,85 @@ def test_unreadable_files(board: Path, text: str, message: str) -> None:
     assert message in found
 
 
-def test_duplicate_entries(board: Path) -> None:
+def _later_duplicate(first: Submission, submitter: str) -> Submission:
+    """A duplicate of ``first`` submitted later whose file name sorts before ``first``'s, so
+    blaming by file name would blame the entry already on the board."""
     import datetime as dt
 
+    for day in range(1, 28):
+        again = first.model_copy(update={"date": dt.date(2025, 2, day), "submitter": submitter})
+        if again.filename() < first.filename():
+            return again
+    raise AssertionError("no date gives a file name that sorts first")
+
+
+def test_duplicate_entries(board: Path) -> None:
     first = Submission.model_validate_json(only_file(board).read_text())
-    # same config, data, task and submitter (case aside), another date: a duplicate
-    again = first.model_copy(update={"date": dt.date(2025, 2, 3), "submitter": "ADA"})
+    # same config, data, task and submitter (case aside), a later date: a duplicate, and
+    # the blame lands on the newcomer although its file name sorts first
+    again = _later_duplicate(first, "ADA")
     path, written = write_submission(again, board)
     assert written
-    names = sorted([f"submissions/{path.name}", f"submissions/{first.filename()}"])
     ((file, field, message),) = problems(board)
-    assert (file, field) == (names[1], "config_hash")
+    assert (file, field) == (f"submissions/{path.name}", "config_hash")
     assert message == (
-        f"duplicates {names[0]} (same config hash, data fingerprint, task and submitter)"
+        f"duplicates submissions/{first.filename()}, which is already on the board (same "
+        "config hash, data fingerprint, task and submitter); remove this file"
     )
     # another submitter's run of the same config is not a duplicate
-    only = [p for p in (board / "submissions").glob("*.json") if p.name != first.filename()]
-    only[0].unlink()
+    path.unlink()
     other = first.model_copy(update={"submitter": "Grace"})
     write_submission(other, board)
     assert problems(board) == []
+
+
+@pytest.mark.parametrize(
+    "spelling", ["A\u200bda", "\ufeffAda", "Ａｄａ", "ADA", " Ada  ", "A\u00adda", "Ad\u2060a"]
+)
+def test_submitter_spellings_are_one_name(board: Path, spelling: str) -> None:
+    """Zero-width characters, fullwidth forms, case and spacing do not make a new name."""
+    from suite.leaderboard.schema import name_key
+
+    assert name_key(spelling) == name_key("Ada")
+    first = Submission.model_validate_json(only_file(board).read_text())
+    results = fake_results()
+    again = build_submission(results, spelling, date=first.date.replace(month=3))
+    assert again.submitter == ("ADA" if spelling == "ADA" else "Ada")
+    path, _ = write_submission(again, board)
+    ((file, field, message),) = problems(board)
+    assert (file, field) == (f"submissions/{path.name}", "config_hash")
+    assert message.startswith(f"duplicates submissions/{first.filename()}")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("A\u200bda", "invisible character U+200B is not allowed"),
+        ("Ａｄａ", "must be in Unicode NFKC form (write 'Ada')"),
+    ],
+)
+def test_hand_written_names_must_be_normalized(board: Path, name: str, message: str) -> None:
+    rewrite(board, _set("submitter", name))
+    ((_, field, found),) = problems(board)
+    assert field == "submitter"
+    assert message in found
+
+
+def test_duplicate_blame_follows_git_history(board: Path) -> None:
+    """On a git checkout the committed entry stays, even against a back-dated newcomer."""
+    import datetime as dt
+    import subprocess
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q", str(board)], check=True)
+    subprocess.run([*git, "-C", str(board), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(board), "commit", "-qm", "board"], check=True)
+    first = Submission.model_validate_json(only_file(board).read_text())
+    older = first.model_copy(update={"date": dt.date(2024, 1, 1)})
+    path, _ = write_submission(older, board)
+    ((file, _, message),) = problems(board)
+    assert file == f"submissions/{path.name}"
+    assert f"duplicates submissions/{first.filename()}" in message
 
 
 def test_paths_cannot_escape_the_leaderboard(board: Path, tmp_path: Path) -> None:
@@ -432,7 +496,7 @@ def test_cli_prints_one_line_per_problem_and_fails(
     captured = capsys.readouterr()
     assert code == 1
     assert captured.out.splitlines() == [
-        f"{name}: seeds[0].metrics.test_auc: AUC must be in [0, 1], got 1.5"
+        f"{name}: seeds[0].metrics.test_auc: Test AUC must be in [0, 1], got 1.5"
     ]
     assert "1 problem(s) in 1 file(s)" in captured.err
 

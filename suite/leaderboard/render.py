@@ -18,27 +18,42 @@ import base64
 import hashlib
 import html
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from suite.leaderboard.fingerprints import write_atomic
-from suite.leaderboard.schema import FILENAME_PATTERN, Submission
+from tabulate import tabulate
 
-PRIMARY_METRIC = {"accuracy": "test_auc"}
+from suite.leaderboard.fingerprints import write_atomic
+from suite.leaderboard.metrics import primary_metric, spec_for
+from suite.leaderboard.schema import FILENAME_PATTERN, Submission
+from suite.results import MetricSpec
+from suite.stats import Interval, mean_ci
+
 MEMORY_METRIC = "embedding_bytes"
 README = "README.md"
 INDEX = "index.html"
+TIE_LEVEL = 0.05  # Welch's t-test: p >= this and an entry is not distinguishable from #1
 
 
 @dataclass(frozen=True)
 class Item:
-    """A submission and the name of its file under ``submissions/``."""
+    """A submission, the name of its file under ``submissions/`` and whether a re-run has
+    reproduced it (a record in ``verifications.yaml``)."""
 
     file: str
     sub: Submission
+    verified: bool = False
+
+    def values(self, metric: str) -> list[float]:
+        return [run.metrics[metric] for run in self.sub.seeds if metric in run.metrics]
+
+    def interval(self, metric: str) -> Interval:
+        """Mean and 95% Student-t CI of ``metric`` over the submission's seeds."""
+        return mean_ci(self.values(metric))
 
 
 @dataclass(frozen=True)
@@ -52,11 +67,15 @@ class Group:
     task: str
     primary: str
     metrics: list[str]
+    shown: frozenset[str]
     items: list[Item]
+
+    def spec(self, metric: str) -> MetricSpec:
+        return spec_for(self.task, metric, group_direction(self, metric))
 
     @property
     def higher_is_better(self) -> bool:
-        return self.items[0].sub.metrics[self.primary].higher_is_better
+        return self.spec(self.primary).higher_is_better
 
     @property
     def has_chart(self) -> bool:
@@ -64,17 +83,30 @@ class Group:
             MEMORY_METRIC in i.sub.metrics and self.primary in i.sub.metrics for i in self.items
         )
 
+    @property
+    def best(self) -> Item:
+        """The entry ranked #1 (verified entries rank above unverified ones)."""
+        return self.items[0]
 
-def primary_metric(task: str, metrics: Iterable[str], subs: list[Submission]) -> str:
+
+def choose_primary(task: str, metrics: Iterable[str], subs: list[Submission]) -> str:
+    """The task's declared primary metric; else the first declared-primary pattern match;
+    else the first metric higher-is-better for every entry."""
     names = sorted(metrics)
-    if PRIMARY_METRIC.get(task) in names:
-        return PRIMARY_METRIC[task]
+    declared = primary_metric(task)
+    if declared in names:
+        return declared
+    for name in names:
+        spec = spec_for(task, name)
+        if spec.primary:
+            return name
     better = [n for n in names if all(s.metrics[n].higher_is_better for s in subs)]
     return (better or names)[0]
 
 
 def groups(items: Iterable[Item]) -> list[Group]:
-    """Boards in a fixed order, each ranked by its primary metric."""
+    """Boards in a fixed order, each ranked: verified entries first, then unverified ones,
+    each by the primary metric's mean."""
     by_key: dict[tuple[str, str, str, str], list[Item]] = {}
     for item in sorted(items, key=lambda i: i.file):
         s = item.sub
@@ -82,16 +114,66 @@ def groups(items: Iterable[Item]) -> list[Group]:
     out = []
     for n, ((dataset, task, protocol, fingerprint), members) in enumerate(sorted(by_key.items())):
         shared = set.intersection(*(set(i.sub.metrics) for i in members))
-        primary = primary_metric(task, shared, [i.sub for i in members])
+        primary = choose_primary(task, shared, [i.sub for i in members])
         sign = -1.0 if members[0].sub.metrics[primary].higher_is_better else 1.0
-        members.sort(key=lambda i: (sign * i.sub.metrics[primary].mean, str(i.sub.date), i.file))
-        names = sorted(set().union(*(set(i.sub.metrics) for i in members)) - {primary})
+        members.sort(
+            key=lambda i: (
+                not i.verified,
+                sign * i.sub.metrics[primary].mean,
+                str(i.sub.date),
+                i.file,
+            )
+        )
+        names = set().union(*(set(i.sub.metrics) for i in members)) - {primary}
+        shown = frozenset(m for m in names if spec_for(task, m).shown) | {primary}
+        ordered = sorted(names, key=lambda m: (m not in shown, m))
         out.append(
             Group(
-                f"g{n}", dataset, protocol, fingerprint, task, primary, [primary, *names], members
+                f"g{n}",
+                dataset,
+                protocol,
+                fingerprint,
+                task,
+                primary,
+                [primary, *ordered],
+                shown,
+                members,
             )
         )
     return out
+
+
+# -- statistics ---------------------------------------------------------------------------
+
+
+def welch_p_value(a: list[float], b: list[float]) -> float:
+    """Two-sided p-value of Welch's t-test (unequal variances) for the means of ``a`` and
+    ``b``; 1.0 when both are constant and equal, 0.0 when constant and different."""
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    if max(a) == min(a) and max(b) == min(b):
+        return 1.0 if a[0] == b[0] else 0.0
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def versus_best(group: Group, item: Item) -> tuple[str, str]:
+    """(text, sort key) of how ``item`` compares with the board's #1 on the primary metric:
+    ``best``, ``tie`` (Welch's t-test p >= 0.05: not distinguishable) or ``worse``."""
+    best = group.best
+    if item is best:
+        return "best", "0"
+    p = welch_p_value(item.values(group.primary), best.values(group.primary))
+    if math.isnan(p):
+        return "–", "3"
+    if p >= TIE_LEVEL:
+        return f"tie (p={p:.2f})", "1"
+    return f"worse (p={format_p(p)})", "2"
+
+
+def format_p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else "<0.001"
 
 
 # -- formatting ---------------------------------------------------------------------------
@@ -111,20 +193,44 @@ def human_count(value: float) -> str:
     return f"{value:.0f}"
 
 
-def format_metric(name: str, mean: float, std: float) -> str:
-    if name.endswith("bytes"):
-        return human_bytes(mean)
-    if name.endswith(("flops_per_example", "params")):
-        return human_count(mean)
-    if name.endswith("per_s"):
-        return f"{mean:,.0f} ± {std:,.0f}"
-    if name.endswith(("auc", "logloss")):
-        return f"{mean:.4f} ± {std:.4f}"
-    return f"{mean:.4g} ± {std:.2g}"
+def decimals_for(half_width: float, digits: int = 2) -> int:
+    """Decimal places that show ``half_width`` with ``digits`` significant digits."""
+    if not math.isfinite(half_width) or half_width <= 0:
+        return 4
+    return max(0, digits - 1 - math.floor(math.log10(half_width)))
 
 
-def metric_header(name: str, higher_is_better: bool) -> str:
-    return f"{name} {'↑' if higher_is_better else '↓'}"
+def format_interval(interval: Interval, thousands: bool = False) -> str:
+    """``mean ± half-width`` with the half-width to two significant digits and the mean to
+    the same decimal place (a CI of 4e-5 shows as ``0.71100 ± 0.000040``, never ``±
+    0.0000``); a single value or a zero-width interval shows the mean alone."""
+    sep = "," if thousands else ""
+    if not math.isfinite(interval.low) or interval.half_width == 0:
+        places = 0 if thousands else 4
+        return f"{interval.mean:{sep}.{places}f}"
+    places = min(decimals_for(interval.half_width), 10)
+    return f"{interval.mean:{sep}.{places}f} ± {interval.half_width:{sep}.{places}f}"
+
+
+def format_metric(spec: MetricSpec, interval: Interval) -> str:
+    """A metric's cell: sizes and counts (the same on every seed) in human units, other
+    figures as mean ± 95% CI half-width."""
+    if spec.kind == "size" and spec.unit == "bytes":
+        return human_bytes(interval.mean)
+    if spec.kind == "count":
+        return human_count(interval.mean)
+    return format_interval(interval, thousands=spec.unit == "samples/s")
+
+
+def metric_header(spec: MetricSpec, metric: str) -> str:
+    """A column's label with its unit (bytes shown in human units need none)."""
+    if spec.kind == "size" and spec.unit == "bytes":
+        return spec.label_for(metric)
+    return spec.unit_label(metric)
+
+
+def direction_text(spec: MetricSpec) -> str:
+    return "higher is better" if spec.higher_is_better else "lower is better"
 
 
 def safe_url(url: str | None) -> str | None:
@@ -152,35 +258,76 @@ class Cell:
     link_text: str = ""
 
 
-def row_cells(group: Group, rank: int, item: Item) -> list[tuple[str, Cell]]:
-    """The columns of one row (header, cell), shared by the Markdown and HTML tables."""
+@dataclass(frozen=True)
+class Column:
+    """A column of a board: its header, tooltip, whether shown by default, and a key."""
+
+    key: str
+    head: str
+    title: str = ""
+    shown: bool = True
+
+
+def row_cells(group: Group, rank: int | None, item: Item) -> list[tuple[Column, Cell]]:
+    """The columns of one row, shared by the Markdown and HTML tables. ``rank`` is None for
+    an unverified entry, which gets no rank."""
     s = item.sub
+    rank_text = str(rank) if rank is not None else "–"
+    rank_sort = str(rank) if rank is not None else ""
     cells = [
-        ("#", Cell(str(rank), str(rank), True)),
-        ("Model", Cell(s.model, s.model)),
-        ("Embedding", Cell(s.embedding, s.embedding)),
+        (Column("rank", "#", "rank among verified entries"), Cell(rank_text, rank_sort, True)),
+        (Column("model", "Model"), Cell(s.model, s.model)),
+        (Column("embedding", "Embedding"), Cell(s.embedding, s.embedding)),
     ]
     for name in group.metrics:
+        spec = group.spec(name)
+        column = Column(
+            name,
+            metric_header(spec, name),
+            f"{name}: {direction_text(spec)}; mean ± 95% CI half-width over the seeds",
+            name in group.shown,
+        )
         summary = s.metrics.get(name)
-        head = metric_header(name, group_direction(group, name))
         if summary is None:
-            cells.append((head, Cell("–", "", True)))
+            cells.append((column, Cell("–", "", True)))
         else:
-            text = format_metric(name, summary.mean, summary.std)
-            cells.append((head, Cell(text, repr(summary.mean), True)))
+            text = format_metric(spec, item.interval(name))
+            cells.append((column, Cell(text, repr(summary.mean), True)))
+    versus, versus_key = versus_best(group, item)
+    status = "verified" if item.verified else "unverified"
     env = s.environment
     device = f"{env.device} ({env.device_name}, {env.threads} thr)"
     cells += [
-        ("Seeds", Cell(str(len(s.seeds)), str(len(s.seeds)), True)),
-        ("Submitter", Cell(s.submitter, s.submitter.lower())),
-        ("Date", Cell(s.date.isoformat(), s.date.isoformat())),
-        ("Device", Cell(device, device.lower())),
-        ("Config", Cell(s.config_hash, s.config_hash)),
-        ("Paper", Cell("", "", link=safe_url(s.paper), link_text="paper")),
-        ("File", Cell("", item.file, link=file_link(item.file), link_text="json")),
-        ("Notes", Cell(s.notes or "", (s.notes or "").lower())),
+        (
+            Column("versus", "vs #1", f"{group.primary} against #1: Welch's t-test at 5%"),
+            Cell(versus, versus_key),
+        ),
+        (
+            Column("status", "Status", "verified: a re-run reproduced a recorded seed"),
+            Cell(status, status),
+        ),
+        (Column("seeds", "Seeds"), Cell(str(len(s.seeds)), str(len(s.seeds)), True)),
+        (Column("submitter", "Submitter"), Cell(s.submitter, s.submitter.lower())),
+        (Column("date", "Date", shown=False), Cell(s.date.isoformat(), s.date.isoformat())),
+        (Column("device", "Device", shown=False), Cell(device, device.lower())),
+        (Column("config", "Config", shown=False), Cell(s.config_hash, s.config_hash)),
+        (Column("paper", "Paper"), Cell("", "", link=safe_url(s.paper), link_text="paper")),
+        (
+            Column("file", "File"),
+            Cell("", item.file, link=file_link(item.file), link_text="json"),
+        ),
+        (Column("notes", "Notes", shown=False), Cell(s.notes or "", (s.notes or "").lower())),
     ]
     return cells
+
+
+def board_rows(group: Group) -> list[list[tuple[Column, Cell]]]:
+    """Every row of a board in rank order; verified entries are numbered, others not."""
+    rows, rank = [], 0
+    for item in group.items:
+        rank += item.verified
+        rows.append(row_cells(group, rank if item.verified else None, item))
+    return rows
 
 
 def group_direction(group: Group, name: str) -> bool:
@@ -195,17 +342,20 @@ def group_title(group: Group) -> str:
 
 
 def group_meta(group: Group) -> str:
-    direction = "higher" if group.higher_is_better else "lower"
+    spec = group.spec(group.primary)
     return (
         f"Protocol {group.protocol}, data fingerprint {group.fingerprint[:12]}. "
-        f"Ranked by {group.primary} ({direction} is better); "
-        "figures are the mean ± sample std over the seeds."
+        f"Ranked by {spec.label_for(group.primary)} ({direction_text(spec)}); verified entries "
+        "rank first, unverified ones (no re-run has reproduced them yet) follow without a "
+        "rank. Figures are the mean ± the half-width of the 95% Student-t confidence "
+        "interval over the seeds. vs #1: Welch's t-test of the primary metric against the "
+        "#1 entry; tie when p >= 0.05 (not distinguishable with these seeds)."
     )
 
 
 # -- Markdown -----------------------------------------------------------------------------
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~<>])")
 
 
 def md_text(text: str) -> str:
@@ -214,9 +364,34 @@ def md_text(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
 
 
+def md_url(url: str) -> str:
+    """A link target that cannot end the link or the table cell: every character that
+    Markdown or a GFM table reads is percent-encoded."""
+    out = []
+    for ch in url:
+        if ch in "()<>|[]\\`* " or ord(ch) < 0x20 or ord(ch) >= 0x7F:
+            out.append("".join(f"%{b:02X}" for b in ch.encode()))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def md_link(text: str, url: str) -> str:
-    target = url.replace("(", "%28").replace(")", "%29").replace(" ", "%20")
-    return f"[{md_text(text)}]({target})"
+    return f"[{md_text(text)}]({md_url(url)})"
+
+
+def md_cell(cell: Cell) -> str:
+    return md_link(cell.link_text, cell.link) if cell.link else md_text(cell.text)
+
+
+def markdown_table(rows: list[list[tuple[Column, Cell]]]) -> str:
+    """A GFM table of the columns shown by default, written by ``tabulate`` from cells
+    escaped one by one (so no cell text can add or remove a column)."""
+    keep = [n for n, (column, _) in enumerate(rows[0]) if column.shown]
+    heads = [md_text(rows[0][n][0].head) for n in keep]
+    body = [[md_cell(row[n][1]) for n in keep] for row in rows]
+    align = ["right" if rows[0][n][1].numeric else "left" for n in keep]
+    return tabulate(body, headers=heads, tablefmt="pipe", colalign=align, disable_numparse=True)
 
 
 def render_markdown(items: list[Item]) -> str:
@@ -225,28 +400,23 @@ def render_markdown(items: list[Item]) -> str:
         "# recsuite leaderboard",
         "",
         f"Generated by `suite leaderboard render` from the {len(items)} submission file(s) in",
-        "[`submissions/`](submissions/); do not edit by hand. An interactive version (sort,",
-        "filter, quality-vs-memory chart) is [`index.html`](index.html).",
+        "[`submissions/`](submissions/); do not edit by hand. An interactive version with",
+        "every column (sort, filter, quality-vs-memory chart) is [`index.html`](index.html).",
         "",
         "To submit: run one config with at least three seeds, then `suite submit` (from a",
         "multi-seed MLflow parent run, MLflow run ids or result JSON files), check it with",
-        "`suite leaderboard validate`, and re-render with `suite leaderboard render`. Anyone can",
-        "re-run a recorded seed with `suite leaderboard verify FILE`.",
+        "`suite leaderboard validate`, and re-render with `suite leaderboard render`. An entry",
+        "is *verified* once `suite leaderboard verify FILE --record` has re-run a recorded seed",
+        "and reproduced its metrics (sizes exactly; AUC and log loss within 1e-3 absolute, as",
+        "x86 CPUs with other vector kernels round differently: up to 3.5e-4 AUC measured on",
+        "these examples); until then it is listed below the verified entries, without a rank.",
         "",
     ]
     if not boards:
         lines += ["No submissions yet.", ""]
     for group in boards:
         lines += [f"## {md_text(group_title(group))}", "", md_text(group_meta(group)), ""]
-        rows = [row_cells(group, rank, item) for rank, item in enumerate(group.items, 1)]
-        heads = [head for head, _ in rows[0]]
-        align = ["---:" if cell.numeric else "---" for _, cell in rows[0]]
-        lines.append("| " + " | ".join(md_text(h) for h in heads) + " |")
-        lines.append("| " + " | ".join(align) + " |")
-        for row in rows:
-            texts = [md_link(c.link_text, c.link) if c.link else md_text(c.text) for _, c in row]
-            lines.append("| " + " | ".join(texts) + " |")
-        lines.append("")
+        lines += [markdown_table(board_rows(group)), ""]
     return "\n".join(lines)
 
 
@@ -286,14 +456,15 @@ def chart_data(boards: list[Group]) -> dict[str, object]:
                     "submitter": s.submitter,
                     "quality": s.metrics[group.primary].mean,
                     "memory": s.metrics[MEMORY_METRIC].mean,
+                    "verified": item.verified,
                 }
             )
         out.append(
             {
                 "id": group.gid,
-                "quality": group.primary,
+                "quality": group.spec(group.primary).label_for(group.primary),
                 "higher_is_better": group.higher_is_better,
-                "memory": MEMORY_METRIC,
+                "memory": group.spec(MEMORY_METRIC).label_for(MEMORY_METRIC),
                 "points": points,
             }
         )
@@ -305,23 +476,34 @@ def _options(values: Iterable[str]) -> str:
 
 
 def _html_table(group: Group) -> list[str]:
-    rows = [row_cells(group, rank, item) for rank, item in enumerate(group.items, 1)]
+    rows = board_rows(group)
+    order = "descending" if group.higher_is_better else "ascending"
     out = ['<div class="scroll"><table class="board-table">', "<thead><tr>"]
-    for head, cell in rows[0]:
+    for column, cell in rows[0]:
         kind = "num" if cell.numeric else "text"
+        better = ""
+        if column.key in group.metrics:
+            better = (
+                f' data-better="{"high" if group.spec(column.key).higher_is_better else "low"}"'
+            )
+        # the board arrives ranked by the primary metric: its header says so from the start
+        sort = order if column.key == group.primary else "none"
+        extra = "" if column.shown else ' class="extra"'
+        title = f' title="{esc(column.title)}"' if column.title else ""
         out.append(
-            f'<th scope="col" data-type="{kind}" aria-sort="none">'
-            f'<button type="button">{esc(head)}</button></th>'
+            f'<th scope="col"{extra} data-type="{kind}"{better} aria-sort="{sort}"{title}>'
+            f'<button type="button">{esc(column.head)}</button></th>'
         )
     out.append("</tr></thead><tbody>")
     for n, (item, row) in enumerate(zip(group.items, rows, strict=True)):
         s = item.sub
         search = " ".join((s.model, s.embedding, s.submitter)).lower()
+        status = "verified" if item.verified else "unverified"
         out.append(
-            f'<tr id="{group.gid}-r{n}" data-rank="{n}" data-method="{esc(s.embedding)}" '
-            f'data-search="{esc(search)}">'
+            f'<tr id="{group.gid}-r{n}" class="{status}" data-rank="{n}" '
+            f'data-method="{esc(s.embedding)}" data-search="{esc(search)}">'
         )
-        for _, cell in row:
+        for column, cell in row:
             if cell.link:
                 body = (
                     f'<a href="{esc(cell.link)}" rel="noopener noreferrer nofollow">'
@@ -329,7 +511,10 @@ def _html_table(group: Group) -> list[str]:
                 )
             else:
                 body = esc(cell.text)
-            cls = ' class="num"' if cell.numeric else ""
+            classes = " ".join(
+                c for c in ("num" if cell.numeric else "", "" if column.shown else "extra") if c
+            )
+            cls = f' class="{classes}"' if classes else ""
             out.append(f'<td{cls} data-sort="{esc(cell.sort)}">{body}</td>')
         out.append("</tr>")
     out.append("</tbody></table></div>")
@@ -344,7 +529,8 @@ def render_html(items: list[Item]) -> str:
         "<h1>recsuite leaderboard</h1>",
         f"<p>Generated by <code>suite leaderboard render</code> from {len(items)} submission "
         "file(s) in <code>submissions/</code>; do not edit by hand. Click a column header to "
-        "sort; the filters apply to every table and chart.</p>",
+        "sort (the first click puts the best first; again to reverse); the filters apply to "
+        "every table and chart. Hover a header for its metric and direction.</p>",
         "</header>",
         '<form id="filters" role="search">',
         '<label>Dataset <select id="filter-dataset"><option value="">all</option>'
@@ -355,6 +541,7 @@ def render_html(items: list[Item]) -> str:
         f"{_options(s.embedding for s in subs)}</select></label>",
         '<label>Search <input id="filter-text" type="search" autocomplete="off" '
         'placeholder="model, method or submitter"></label>',
+        '<label><input id="all-columns" type="checkbox"> all columns</label>',
         "</form>",
     ]
     if not boards:
@@ -368,13 +555,15 @@ def render_html(items: list[Item]) -> str:
         ]
         if group.has_chart:
             direction = "higher" if group.higher_is_better else "lower"
+            quality = group.spec(group.primary).label_for(group.primary)
+            memory = group.spec(MEMORY_METRIC).label_for(MEMORY_METRIC)
             body += [
                 '<figure class="chart">',
                 f'<svg id="chart-{group.gid}" role="img" viewBox="0 0 640 320" '
-                f'aria-label="{esc(group.primary)} against {MEMORY_METRIC}"></svg>',
-                f"<figcaption>{esc(group.primary)} ({direction} is better) against "
-                f"{MEMORY_METRIC} (log scale); the line joins the entries no other entry beats "
-                "with less memory.</figcaption>",
+                f'aria-label="{esc(quality)} against {esc(memory)}"></svg>',
+                f"<figcaption>{esc(quality)} ({direction} is better) against "
+                f"{esc(memory.lower())} (log scale); the line joins the entries no other entry "
+                "beats with less memory; hollow points are unverified.</figcaption>",
                 "</figure>",
             ]
         body += _html_table(group)
@@ -430,13 +619,17 @@ h2 { font-size: 1.2rem; margin: 2rem 0 0.25rem; }
 table { border-collapse: collapse; width: max-content; min-width: 100%; }
 th, td { border-bottom: 1px solid var(--line); padding: 0.3rem 0.5rem; text-align: left;
   vertical-align: top; white-space: nowrap; }
-td:last-child { white-space: normal; min-width: 24rem; max-width: 48rem;
+td:last-child { white-space: normal; min-width: 16rem; max-width: 48rem;
   overflow-wrap: anywhere; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 th button { font: inherit; font-weight: 600; background: none; border: 0; padding: 0;
   cursor: pointer; color: inherit; }
 th[aria-sort="ascending"] button::after { content: " \\25B2"; }
 th[aria-sort="descending"] button::after { content: " \\25BC"; }
+.extra { display: none; }
+body.all-columns .extra { display: table-cell; }
+tr.unverified td { color: var(--muted); }
+svg .point.unverified { fill: var(--bg); stroke: var(--accent); stroke-width: 1.5; }
 a { color: var(--accent); }
 figure.chart { margin: 0.75rem 0; max-width: 720px; }
 svg { width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
@@ -471,7 +664,13 @@ SCRIPT = """
   }
 
   function sortTable(table, index, th) {
-    var ascending = th.getAttribute("aria-sort") !== "ascending";
+    // the first click puts the best first (a metric's own direction; A-Z for text), a
+    // second click on the same column reverses; the arrow always shows the order shown
+    var current = th.getAttribute("aria-sort");
+    var ascending;
+    if (current === "ascending") { ascending = false; }
+    else if (current === "descending") { ascending = true; }
+    else { ascending = th.getAttribute("data-better") !== "high"; }
     table.querySelectorAll("thead th").forEach(function (h) { h.setAttribute("aria-sort", "none"); });
     th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
     var numeric = th.getAttribute("data-type") === "num";
@@ -481,14 +680,17 @@ SCRIPT = """
       var x = a.cells[index].getAttribute("data-sort");
       var y = b.cells[index].getAttribute("data-sort");
       var order;
-      if (numeric) {
-        var fx = x === "" ? Infinity : parseFloat(x);
-        var fy = y === "" ? Infinity : parseFloat(y);
-        order = fx < fy ? -1 : fx > fy ? 1 : 0;
+      if (x === "" || y === "") {
+        order = (x === "") - (y === "");  // missing values last, either way
       } else {
-        order = x < y ? -1 : x > y ? 1 : 0;
+        if (numeric) {
+          var fx = parseFloat(x), fy = parseFloat(y);
+          order = fx < fy ? -1 : fx > fy ? 1 : 0;
+        } else {
+          order = x < y ? -1 : x > y ? 1 : 0;
+        }
+        if (!ascending) { order = -order; }
       }
-      if (!ascending) { order = -order; }
       return order || (Number(a.getAttribute("data-rank")) - Number(b.getAttribute("data-rank")));
     });
     rows.forEach(function (row) { body.appendChild(row); });
@@ -566,8 +768,10 @@ SCRIPT = """
     points.forEach(function (p) {
       var g = node("g", {"class": "entry", "data-row": p.row});
       var cx = sx(Math.log10(p.memory)), cy = sy(p.quality);
-      var dot = node("circle", {"class": "point", cx: cx.toFixed(1), cy: cy.toFixed(1), r: 5});
-      dot.appendChild(node("title", {}, p.label + " by " + p.submitter + ": " + chart.quality +
+      var dot = node("circle", {"class": p.verified ? "point" : "point unverified",
+                                cx: cx.toFixed(1), cy: cy.toFixed(1), r: 5});
+      dot.appendChild(node("title", {}, p.label + " by " + p.submitter +
+                           (p.verified ? "" : " (unverified)") + ": " + chart.quality +
                            " " + p.quality.toFixed(4) + ", " + humanBytes(p.memory)));
       g.appendChild(dot);
       var right = cx > W * 0.7;
@@ -605,6 +809,11 @@ SCRIPT = """
     document.getElementById("no-match").hidden = shown !== 0;
     data.charts.forEach(drawChart);
   }
+
+  var allColumns = document.getElementById("all-columns");
+  allColumns.addEventListener("change", function () {
+    document.body.classList.toggle("all-columns", allColumns.checked);
+  });
 
   ["dataset", "task", "method"].forEach(function (key) {
     filters[key].addEventListener("change", applyFilters);

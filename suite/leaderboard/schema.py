@@ -34,6 +34,37 @@ MAX_METRICS = 64
 HASH_IN_FILENAME = 12
 
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+# invisible characters that make two names look equal but compare different
+_INVISIBLE = {
+    chr(c)
+    for c in (
+        0x00AD,
+        0x034F,
+        0x061C,
+        0x180E,
+        *range(0x200B, 0x2010),
+        0x2060,
+        0x2061,
+        0x2062,
+        0x2063,
+        0x2064,
+        0xFEFF,
+    )
+}
+
+
+def normalize_name(text: str) -> str:
+    """A name as people read it: NFKC (fullwidth and compatibility forms folded), invisible
+    characters (zero-width spaces and joiners, soft hyphens, BOM) removed, runs of
+    whitespace made one space, ends stripped."""
+    folded = unicodedata.normalize("NFKC", text)
+    visible = "".join(ch for ch in folded if ch not in _INVISIBLE)
+    return " ".join(visible.split())
+
+
+def name_key(text: str) -> str:
+    """The key two names are the same person or team under: normalized and case-folded."""
+    return unicodedata.normalize("NFKC", normalize_name(text).casefold())
 
 
 class SubmissionFileError(SuiteError):
@@ -52,6 +83,8 @@ def _no_controls(allow_newlines: bool) -> Any:
                 continue
             if unicodedata.category(ch) == "Cc" or ch in _BIDI:
                 raise ValueError(f"control or bidi character U+{ord(ch):04X} is not allowed")
+            if ch in _INVISIBLE:
+                raise ValueError(f"invisible character U+{ord(ch):04X} is not allowed")
         if text != text.strip():
             raise ValueError("leading or trailing whitespace is not allowed")
         return text
@@ -75,7 +108,22 @@ Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 Version = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")]
 Commit = Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{7,40}(-dirty)?|unknown)$")]
-ShortText = Annotated[str, StringConstraints(min_length=1, max_length=100), _no_controls(False)]
+
+
+def _normalized(text: str) -> str:
+    if text != unicodedata.normalize("NFKC", text):
+        raise ValueError(
+            f"must be in Unicode NFKC form (write {unicodedata.normalize('NFKC', text)!r})"
+        )
+    return text
+
+
+ShortText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=100),
+    _no_controls(False),
+    AfterValidator(_normalized),
+]
 LongText = Annotated[str, StringConstraints(max_length=256), _no_controls(False)]
 Notes = Annotated[str, StringConstraints(max_length=1000), _no_controls(True)]
 Url = Annotated[str, StringConstraints(max_length=300), AfterValidator(_check_url)]

@@ -23,6 +23,7 @@ from suite.leaderboard.schema import (
     SeedRun,
     Submission,
     SubmissionFileError,
+    normalize_name,
     read_json_file,
     read_text_limited,
 )
@@ -174,7 +175,7 @@ def build_submission(
             mean=mean, std=std, higher_is_better=bool(first.higher_is_better.get(name, True))
         )
     data = {
-        "submitter": submitter.strip(),
+        "submitter": normalize_name(submitter),
         "date": date or dt.datetime.now(dt.UTC).date(),
         "model": first.model,
         "embedding": first.embedding,

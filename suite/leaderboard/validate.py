@@ -4,16 +4,24 @@ Checks, in order: the path stays inside ``leaderboard/``; the file is strict JSO
 most 1 MB; the schema; the file name matches the content hash; the config hash matches
 the config and each seed's hash matches ``{**config, "seed": s}``; the config still
 resolves (``validate_config``) to the recorded values; names agree with the config; the
-metrics are in range and their mean/std agree with the seeds' values (relative tolerance
-1e-9); at least three distinct seeds; the data fingerprint is the registered one for the
-dataset, protocol and options; no two entries share config hash, fingerprint, task and
-submitter.
+metrics are the ones the task declares (:mod:`suite.leaderboard.metrics`), with the
+declared direction, inside the declared bounds, and their mean/std agree with the seeds'
+values (relative tolerance 1e-9); at least three distinct seeds; the data fingerprint is the
+registered one for the dataset, protocol and options; no two entries share config hash,
+fingerprint, task and submitter (names compared NFKC-normalized, invisible characters
+removed, case-folded). Of two duplicates the one already on the board (committed to git,
+else the earlier date, else the earlier file name) stays and the other is blamed.
+
+Everything here is re-computed from the file itself, so it catches mistakes and edits, not
+made-up numbers that agree with each other: only ``verify`` re-runs a seed. Entries without
+a record in ``verifications.yaml`` are reported as unverified (a warning) and rendered so.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,18 +33,21 @@ from suite.config import stable_hash, validate_config
 from suite.errors import ConfigError, SuiteError
 from suite.leaderboard import FINGERPRINTS, SUBMISSIONS
 from suite.leaderboard.fingerprints import FingerprintRegistry, options_hash
+from suite.leaderboard.metrics import declared, required_metrics
 from suite.leaderboard.schema import (
     FILENAME_PATTERN,
     MIN_SEEDS,
     Submission,
     SubmissionFileError,
+    name_key,
     read_json_file,
 )
+from suite.leaderboard.verified import VERIFICATIONS, Verifications
 
 REL_TOL = 1e-9
 ABS_TOL = 1e-12
 UNREGISTERED = "unregistered-fingerprint"
-REQUIRED_METRICS = {"accuracy": ("val_auc", "val_logloss", "test_auc", "test_logloss")}
+UNVERIFIED = "unverified"
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,7 @@ class Report:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     submissions: list[tuple[Path, Submission]] = field(default_factory=list)
+    verifications: Verifications = field(default_factory=Verifications)
 
     @property
     def ok(self) -> bool:
@@ -131,14 +143,21 @@ def summarize(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def metric_range_problem(metric: str, value: float) -> str | None:
-    if metric.endswith("auc") and not 0.0 <= value <= 1.0:
-        return f"AUC must be in [0, 1], got {value!r}"
-    if metric.endswith("logloss") and value < 0.0:
-        return f"log loss must be >= 0, got {value!r}"
-    if metric.endswith(("bytes", "flops_per_example", "per_s", "_s", "params")) and value < 0.0:
-        return f"must be >= 0, got {value!r}"
-    return None
+def metric_range_problem(task: str, metric: str, value: float) -> str | None:
+    """Whether ``value`` lies outside the bounds ``task`` declares for ``metric``."""
+    spec = declared(task, metric)
+    if spec is None or spec.bounds is None:
+        return None
+    low, high = spec.bounds
+    if low <= value <= high:
+        return None
+    if math.isinf(high):
+        rule = f">= {low:g}"
+    elif math.isinf(low):
+        rule = f"<= {high:g}"
+    else:
+        rule = f"in [{low:g}, {high:g}]"
+    return f"{spec.label_for(metric)} must be {rule}, got {value!r}"
 
 
 def check_config(name: str, sub: Submission) -> tuple[list[Problem], list[Problem]]:
@@ -242,7 +261,7 @@ def check_metrics(name: str, sub: Submission) -> list[Problem]:
             Problem(name, "seeds", f"needs at least {MIN_SEEDS} distinct seeds, has {len(seen)}")
         )
     names = set(sub.metrics)
-    for required in REQUIRED_METRICS.get(sub.task, ()):
+    for required in required_metrics(sub.task):
         if required not in names:
             problems.append(
                 Problem(name, f"metrics.{required}", f"is required for task {sub.task!r}")
@@ -260,18 +279,25 @@ def check_metrics(name: str, sub: Submission) -> list[Problem]:
                 )
             )
         for metric, value in sorted(run.metrics.items()):
-            if (msg := metric_range_problem(metric, value)) is not None:
+            if (msg := metric_range_problem(sub.task, metric, value)) is not None:
                 problems.append(Problem(name, f"seeds[{i}].metrics.{metric}", msg))
     for metric, summary in sorted(sub.metrics.items()):
-        if (msg := metric_range_problem(metric, summary.mean)) is not None:
+        if (msg := metric_range_problem(sub.task, metric, summary.mean)) is not None:
             problems.append(Problem(name, f"metrics.{metric}.mean", msg))
-        if metric.endswith("auc") and not summary.higher_is_better:
+        spec = declared(sub.task, metric)
+        if spec is None:
             problems.append(
-                Problem(name, f"metrics.{metric}.higher_is_better", "must be true for AUC")
+                Problem(name, f"metrics.{metric}", f"is not a metric task {sub.task!r} declares")
             )
-        if metric.endswith("logloss") and summary.higher_is_better:
+        elif summary.higher_is_better != spec.higher_is_better:
             problems.append(
-                Problem(name, f"metrics.{metric}.higher_is_better", "must be false for log loss")
+                Problem(
+                    name,
+                    f"metrics.{metric}.higher_is_better",
+                    f"must be {str(spec.higher_is_better).lower()} ({sub.task!r} declares "
+                    f"{spec.label_for(metric)} {'higher' if spec.higher_is_better else 'lower'} "
+                    "is better)",
+                )
             )
         values = [run.metrics[metric] for run in sub.seeds if metric in run.metrics]
         if len(values) != len(sub.seeds) or len(values) < 2:
@@ -349,10 +375,14 @@ def check_submission(
 
 
 def duplicate_key(sub: Submission) -> tuple[str, str, str, str]:
-    return (sub.config_hash, sub.data_fingerprint, sub.task, sub.submitter.strip().casefold())
+    """Same config, data, task and submitter (normalized: NFKC, invisible characters
+    removed, case-folded), whatever the spelling."""
+    return (sub.config_hash, sub.data_fingerprint, sub.task, name_key(sub.submitter))
 
 
 def check_duplicates(items: list[tuple[str, Submission]]) -> list[Problem]:
+    """A problem for every entry that repeats an earlier one in ``items``: pass the entries
+    already on the board first, so the blame lands on the newcomer."""
     first: dict[tuple[str, str, str, str], str] = {}
     problems = []
     for name, sub in items:
@@ -362,12 +392,41 @@ def check_duplicates(items: list[tuple[str, Submission]]) -> list[Problem]:
                 Problem(
                     name,
                     "config_hash",
-                    f"duplicates {first[key]} (same config hash, data fingerprint, task and submitter)",
+                    f"duplicates {first[key]}, which is already on the board (same config hash, "
+                    "data fingerprint, task and submitter); remove this file",
                 )
             )
         else:
             first[key] = name
     return problems
+
+
+def committed_files(folder: Path) -> set[str] | None:
+    """Names of the files under ``folder`` that git has at HEAD (None: not a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-tree", "-z", "--name-only", "HEAD", "."],
+            cwd=folder,
+            capture_output=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {Path(name).name for name in out.decode(errors="replace").split("\0") if name}
+
+
+def board_order(items: list[tuple[str, Submission]], folder: Path) -> list[tuple[str, Submission]]:
+    """Entries oldest first: committed before uncommitted, then by date, then file name."""
+    committed = committed_files(folder) if folder.is_dir() else None
+    return sorted(
+        items,
+        key=lambda i: (
+            committed is not None and Path(i[0]).name not in committed,
+            i[1].date,
+            Path(i[0]).name,
+        ),
+    )
 
 
 def submission_files(leaderboard_dir: Path) -> tuple[list[Path], list[Problem]]:
@@ -433,8 +492,23 @@ def validate(
         report.warnings += warnings
         report.submissions.append((path, sub))
         checked.append((name, sub))
-    dupes = check_duplicates(others + checked)
+    dupes = check_duplicates(board_order(others + checked, root / SUBMISSIONS))
     report.problems += [p for p in dupes if p.file in {n for n, _ in checked}]
+    try:
+        report.verifications = Verifications.load(leaderboard_dir / VERIFICATIONS)
+    except SuiteError as exc:
+        report.problems.append(Problem(VERIFICATIONS, "(file)", str(exc)))
+    for path, _ in report.submissions:
+        if not report.verifications.is_verified(path.name):
+            report.warnings.append(
+                Problem(
+                    label_of(path, root),
+                    "(verification)",
+                    "unverified: no re-run has reproduced it yet; it is shown as unverified "
+                    f"until `suite leaderboard verify {label_of(path, root)} --record` passes",
+                    UNVERIFIED,
+                )
+            )
     return report
 
 

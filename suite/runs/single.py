@@ -211,7 +211,7 @@ def _run(
         config_hash=config.config_hash(),
         data_fingerprint=data.fingerprint,
         metrics=output.metrics,
-        higher_is_better=output.higher_is_better,
+        higher_is_better=task.higher_is_better(output),
         details=output.details,
         environment=env,
         mlflow_run_id=tracker.run_id if tracker else None,

@@ -2,15 +2,72 @@
 
 from __future__ import annotations
 
+import math
+
 from suite.engine.train import evaluate, train
 from suite.models.base import RecModel
 from suite.registry import TASKS
+from suite.results import MetricSpec, directions
 from suite.tasks.base import RunContext, Task, TaskOutput
+
+ACCURACY_METRICS = (
+    MetricSpec("test_auc", True, "Test AUC", primary=True, bounds=(0.0, 1.0), shown=True),
+    MetricSpec("test_logloss", False, "Test log loss", bounds=(0.0, math.inf), shown=True),
+    MetricSpec("val_auc", True, "Val AUC", bounds=(0.0, 1.0)),
+    MetricSpec("val_logloss", False, "Val log loss", bounds=(0.0, math.inf)),
+    MetricSpec(
+        "train_samples_per_s", True, "Training speed", "samples/s", "measured", bounds=(0, math.inf)
+    ),
+    MetricSpec(
+        "embedding_bytes",
+        False,
+        "Embedding memory",
+        "bytes",
+        "size",
+        bounds=(0, math.inf),
+        shown=True,
+    ),
+    MetricSpec(
+        "embedding_parameter_bytes",
+        False,
+        "Embedding parameters",
+        "bytes",
+        "size",
+        bounds=(0, math.inf),
+    ),
+    MetricSpec(
+        "embedding_auxiliary_bytes",
+        False,
+        "Embedding auxiliary",
+        "bytes",
+        "size",
+        bounds=(0, math.inf),
+    ),
+    MetricSpec(
+        "embedding_optimizer_bytes",
+        False,
+        "Embedding optimizer state",
+        "bytes",
+        "size",
+        bounds=(0, math.inf),
+    ),
+    MetricSpec(
+        "flops_per_example", False, "Forward FLOPs", "per example", "count", bounds=(0, math.inf)
+    ),
+    # with an all-to-all payload codec (comm.codec): what the embedding exchange carries
+    MetricSpec("comm_raw_bytes", False, "Payload without codec", "bytes", "size"),
+    MetricSpec("comm_wire_bytes", False, "Payload on the wire", "bytes", "size"),
+    MetricSpec("comm_compression_ratio", True, "Payload compression", "x", "ratio"),
+    MetricSpec("comm_codec_seconds", False, "Codec time", "s", "measured"),
+    MetricSpec("comm_max_bound_excess", False, "Codec error over its bound", kind="measured"),
+)
 
 
 @TASKS.register("accuracy")
 class AccuracyTask(Task):
     """Train for the budget; report val/test AUC and log loss of the chosen checkpoint."""
+
+    metrics = ACCURACY_METRICS
 
     def run(self, ctx: RunContext) -> TaskOutput:
         return train_and_evaluate(ctx)[1]
@@ -50,22 +107,9 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "embedding_optimizer_bytes": float(memory.optimizer),
         "flops_per_example": float(model.flops_per_example()),
     }
-    higher = {
-        "val_auc": True,
-        "val_logloss": False,
-        "test_auc": True,
-        "test_logloss": False,
-        "train_samples_per_s": True,
-        "embedding_bytes": False,
-        "embedding_parameter_bytes": False,
-        "embedding_auxiliary_bytes": False,
-        "embedding_optimizer_bytes": False,
-        "flops_per_example": False,
-    }
     if model.payload is not None:
-        comm = model.payload.figures()
-        metrics |= comm
-        higher |= {k: k == "comm_compression_ratio" for k in comm}
+        metrics |= model.payload.figures()
+    higher = directions(ACCURACY_METRICS, metrics)
     details = {
         "checkpoint": outcome.checkpoint,
         "checkpoint_step": outcome.checkpoint_step,

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from suite.config import NoOptions, RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.models.base import RecModel
+from suite.results import MetricSpec, find_metric
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,18 @@ class Task:
     """A measurement. Subclasses set ``Options`` and implement :meth:`run`."""
 
     Options: ClassVar[type[BaseModel]] = NoOptions
+    metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    """Every metric the task reports: direction, primary, label and unit (one place)."""
+
+    @classmethod
+    def higher_is_better(cls, output: TaskOutput) -> dict[str, bool]:
+        """Each reported metric's direction from the declarations; a metric the task does
+        not declare keeps the direction its output gave."""
+        out = dict(output.higher_is_better)
+        for name in output.metrics:
+            if (spec := find_metric(cls.metrics, name)) is not None:
+                out[name] = spec.higher_is_better
+        return out
 
     def check(self, config: RunConfig) -> None:
         """Reject a config this task cannot run (raise ``ConfigError``), before any work

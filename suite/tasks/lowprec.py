@@ -13,7 +13,8 @@ from suite.engine.train import evaluate
 from suite.errors import ConfigError
 from suite.models.base import RecModel
 from suite.registry import TASKS
-from suite.tasks.accuracy import train_and_evaluate
+from suite.results import MetricSpec
+from suite.tasks.accuracy import ACCURACY_METRICS, train_and_evaluate
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 LowPrecision = Literal["fp16", "int8", "int4"]
@@ -34,6 +35,15 @@ class LowPrecOptions(BaseModel):
 @TASKS.register("lowprec")
 class LowPrecTask(Task):
     """Train as ``accuracy``; report test AUC, log loss and table bytes per precision."""
+
+    metrics = (
+        *ACCURACY_METRICS,
+        MetricSpec("test_auc_*", True, "Test AUC {}", bounds=(0.0, 1.0), shown=True),
+        MetricSpec("test_logloss_*", False, "Test log loss {}", bounds=(0.0, float("inf"))),
+        MetricSpec("auc_delta_*", True, "AUC change {}", shown=True),
+        MetricSpec("logloss_delta_*", False, "Log loss change {}"),
+        MetricSpec("embedding_bytes_*", False, "Embedding memory {}", "bytes", "size", shown=True),
+    )
 
     Options = LowPrecOptions
 

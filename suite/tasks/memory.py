@@ -52,6 +52,7 @@ from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.models.base import RecModel
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 STATUS = Path("/proc/self/status")
@@ -279,9 +280,36 @@ def _measure_model(ctx: RunContext, opts: MemoryOptions) -> dict:
     }
 
 
+def _bytes(name: str, label: str, shown: bool = False, measured: bool = False) -> MetricSpec:
+    kind = "measured" if measured else "size"
+    return MetricSpec(name, False, label, "bytes", kind, bounds=(0, float("inf")), shown=shown)
+
+
 @TASKS.register("memory")
 class MemoryTask(Task):
     """Bytes by component, peak memory of a training and an inference step, compression ratio."""
+
+    metrics = (
+        _bytes("embedding_bytes", "Embedding memory", shown=True),
+        _bytes("embedding_parameter_bytes", "Embedding parameters"),
+        _bytes("embedding_auxiliary_bytes", "Embedding auxiliary"),
+        _bytes("sparse_optimizer_bytes", "Sparse optimizer state"),
+        _bytes("dense_parameter_bytes", "Dense parameters"),
+        _bytes("dense_optimizer_bytes", "Dense optimizer state"),
+        _bytes("total_state_bytes", "Total training state", shown=True),
+        _bytes("train_step_peak_bytes", "Training step peak", measured=True, shown=True),
+        _bytes("train_step_extra_bytes", "Training step extra", measured=True),
+        _bytes("inference_step_peak_bytes", "Inference step peak", measured=True),
+        _bytes("inference_step_extra_bytes", "Inference step extra", measured=True),
+        _bytes("full_embedding_bytes", "Full-table embedding memory"),
+        _bytes("analytic_mismatch_bytes", "Analytic mismatch"),
+        MetricSpec(
+            "compression_ratio", True, "Compression", "x", "ratio", primary=True, shown=True
+        ),
+        MetricSpec(
+            "compression_ratio_with_optimizer", True, "Compression with optimizer", "x", "ratio"
+        ),
+    )
 
     Options = MemoryOptions
 

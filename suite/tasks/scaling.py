@@ -26,6 +26,7 @@ from suite.errors import ConfigError, SuiteError
 from suite.models.base import training_flops
 from suite.presets import preset_path
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.stats import fit_saturating_power_law
 from suite.tasks.base import RunContext, Task, TaskOutput
 
@@ -92,6 +93,15 @@ def fit_power_law(compute: list[float], loss: list[float]) -> dict[str, float]:
 @TASKS.register("scaling")
 class ScalingTask(Task):
     """Train a family of size presets on the same data and budget; fit loss vs compute."""
+
+    metrics = (
+        MetricSpec("best_test_logloss", False, "Best test log loss", primary=True, shown=True),
+        MetricSpec("best_test_auc", True, "Best test AUC", bounds=(0.0, 1.0), shown=True),
+        MetricSpec("*_exponent", True, "{} scaling exponent", shown=True),
+        MetricSpec("*_r2", True, "{} fit R²", kind="ratio", bounds=(float("-inf"), 1.0)),
+        MetricSpec("*_l_inf", False, "{} irreducible loss (fit)"),
+        MetricSpec("*_fit_usable", True, "{} fit passes its gate", kind="count", bounds=(0, 1)),
+    )
 
     Options = ScalingOptions
 

@@ -32,6 +32,7 @@ from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.environment import device_name
 from suite.registry import TASKS
+from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 
@@ -205,6 +206,34 @@ def _window(window: Window) -> dict[str, float]:
 @TASKS.register("throughput")
 class ThroughputTask(Task):
     """Training and inference samples/s, inference latency p50/p95/p99, loader alone."""
+
+    metrics = (
+        MetricSpec(
+            "train_samples_per_s_b*",
+            True,
+            "Training speed, batch {}",
+            "samples/s",
+            "measured",
+            primary=True,
+            shown=True,
+        ),
+        MetricSpec(
+            "infer_samples_per_s_b*",
+            True,
+            "Inference speed, batch {}",
+            "samples/s",
+            "measured",
+            shown=True,
+        ),
+        MetricSpec("infer_latency_ms_p50_b*", False, "Latency p50, batch {}", "ms", "measured"),
+        MetricSpec("infer_latency_ms_p95_b*", False, "Latency p95, batch {}", "ms", "measured"),
+        MetricSpec(
+            "infer_latency_ms_p99_b*", False, "Latency p99, batch {}", "ms", "measured", shown=True
+        ),
+        MetricSpec(
+            "loader_samples_per_s_b*", True, "Loader speed, batch {}", "samples/s", "measured"
+        ),
+    )
 
     Options = ThroughputOptions
 
