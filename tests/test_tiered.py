@@ -129,3 +129,6 @@ def test_tiered_task_end_to_end(tmp_path: Path) -> None:
     assert large["levels"][0]["lookup_share"] >= small["levels"][0]["lookup_share"]
     assert large["batch_lookup_seconds"] <= small["batch_lookup_seconds"]
     assert all(Path(p).exists() for p in result.details["plots"])
+    # metric names are plain slugs that reproduction specs can reference
+    assert "dram_10pct_scm_lru/top_tier_share" in result.metrics
+    assert "dram_only/memory_cost_usd" in result.metrics

@@ -17,6 +17,7 @@ batch takes as long as its slowest tier. Tier figures are named, editable preset
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -181,6 +182,11 @@ def simulate_placement(
     }
 
 
+def metric_key(name: str) -> str:
+    """A placement's name as a metric prefix: ``dram 10% + scm (lru)`` -> ``dram_10pct_scm_lru``."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower().replace("%", "pct")).strip("_")
+
+
 @TASKS.register("tiered")
 class TieredTask(Task):
     """Hit rates per tier, lookup time per batch and memory cost of tiered placements."""
@@ -214,7 +220,7 @@ class TieredTask(Task):
         metrics: dict[str, float] = {}
         higher: dict[str, bool] = {}
         for p in placements:
-            key = p["name"].replace(" ", "_").replace("%", "pct").replace("(", "").replace(")", "")
+            key = metric_key(p["name"])
             metrics[f"{key}/batch_lookup_ms"] = p["batch_lookup_seconds"] * 1e3
             metrics[f"{key}/memory_cost_usd"] = p["memory_cost_usd"]
             metrics[f"{key}/top_tier_share"] = p["levels"][0]["lookup_share"]
