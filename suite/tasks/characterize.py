@@ -29,6 +29,7 @@ from suite.data.access import (
     zipf_exponent,
 )
 from suite.registry import TASKS
+from suite.results import MetricSpec, directions
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 CACHE_FRACTIONS = [0.0001, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
@@ -140,11 +141,62 @@ def characterize(stream: AccessStream, options: CharacterizeOptions, row_bytes: 
     return overall
 
 
+# Descriptive figures of the data; "higher is better" where a larger value makes the memory
+# system cheaper (more skew, more reuse, more hits).
+CHARACTERIZE_METRICS = (
+    MetricSpec(
+        "hot_0.01_lookup_share",
+        True,
+        "Lookups of the hottest 1% rows",
+        kind="ratio",
+        primary=True,
+        bounds=(0.0, 1.0),
+        shown=True,
+    ),
+    MetricSpec(
+        "hot_*_lookup_share",
+        True,
+        "Lookups of the hottest {} rows",
+        kind="ratio",
+        bounds=(0.0, 1.0),
+    ),
+    MetricSpec(
+        "lru_hit_rate_*",
+        True,
+        "LRU hit rate, cache {} of rows",
+        kind="ratio",
+        bounds=(0.0, 1.0),
+        shown=True,
+    ),
+    MetricSpec(
+        "lfu_hit_rate_*", True, "LFU hit rate, cache {} of rows", kind="ratio", bounds=(0.0, 1.0)
+    ),
+    MetricSpec("lookups", True, "Lookups", kind="count", bounds=(0, float("inf"))),
+    MetricSpec("unique_rows", False, "Unique rows", kind="count", bounds=(0, float("inf"))),
+    MetricSpec(
+        "unique_row_share", False, "Unique rows / all rows", kind="ratio", bounds=(0.0, 1.0)
+    ),
+    MetricSpec("zipf_exponent", True, "Zipf exponent", kind="ratio"),
+    MetricSpec("zipf_r2", True, "Zipf fit R²", kind="ratio", bounds=(float("-inf"), 1.0)),
+    MetricSpec(
+        "compulsory_miss_rate", False, "First-lookup share", kind="ratio", bounds=(0.0, 1.0)
+    ),
+    MetricSpec(
+        "reuse_once_unique_share",
+        False,
+        "Rows used once per window",
+        kind="ratio",
+        bounds=(0.0, 1.0),
+    ),
+)
+
+
 @TASKS.register("characterize")
 class CharacterizeTask(Task):
     """Access characterization of the embedding lookups: reuse, skew, cache hit rates."""
 
     Options = CharacterizeOptions
+    metrics = CHARACTERIZE_METRICS
 
     def run(self, ctx: RunContext) -> TaskOutput:
         options: CharacterizeOptions = ctx.config.task.typed_options()
@@ -188,9 +240,4 @@ def summary_metrics(figures: dict) -> tuple[dict[str, float], dict[str, bool]]:
     for point in figures["cache"]:
         metrics[f"lru_hit_rate_{point['fraction']:g}"] = point["lru_hit_rate"]
         metrics[f"lfu_hit_rate_{point['fraction']:g}"] = point["lfu_hit_rate"]
-    # descriptive figures: neither direction is "better"; record them as higher-is-better
-    # only where a larger value means a cheaper memory system (more reuse, more hits)
-    higher = {k: True for k in metrics}
-    for name in ("unique_rows", "unique_row_share", "compulsory_miss_rate"):
-        higher[name] = False
-    return metrics, higher
+    return metrics, directions(CHARACTERIZE_METRICS, metrics)

@@ -29,6 +29,7 @@ from suite.embeddings.quantize import quantize_embedding
 from suite.errors import ConfigError
 from suite.models.base import RecModel
 from suite.registry import TASKS
+from suite.results import MetricSpec, directions
 from suite.tasks.accuracy import train_and_evaluate
 from suite.tasks.base import RunContext, Task, TaskOutput
 
@@ -180,6 +181,34 @@ class ServingTask(Task):
     """Throughput at a tail-latency target and the latency-throughput curve, per precision."""
 
     Options = ServingOptions
+    metrics = (
+        MetricSpec("test_auc", True, "Test AUC", bounds=(0.0, 1.0)),
+        MetricSpec(
+            "*_queries_per_s_at_target",
+            True,
+            "{} queries/s at the latency target",
+            "queries/s",
+            "measured",
+            shown=True,
+            primary=True,
+        ),
+        MetricSpec(
+            "*_samples_per_s_at_target",
+            True,
+            "{} samples/s at the latency target",
+            "samples/s",
+            "measured",
+        ),
+        MetricSpec(
+            "*_speedup_at_target",
+            True,
+            "{} speed-up over fp32 at the target",
+            "x",
+            "measured",
+            shown=True,
+        ),
+        MetricSpec("*_ms", False, "{} inference time", "ms", "measured"),
+    )
 
     def check(self, config: RunConfig) -> None:
         options: ServingOptions = config.task.typed_options()
@@ -200,7 +229,6 @@ class ServingTask(Task):
         gaps = rng.exponential(1.0, options.queries)
         grid = batch_grid(options.max_batch)
         metrics: dict[str, float] = {"test_auc": trained.metrics["test_auc"]}
-        higher: dict[str, bool] = {"test_auc": True}
         per_precision: dict[str, dict] = {}
         served = {
             precision: model
@@ -236,18 +264,12 @@ class ServingTask(Task):
             metrics[f"{precision}_queries_per_s_at_target"] = best
             metrics[f"{precision}_samples_per_s_at_target"] = best * float(sizes.mean())
             metrics[f"{precision}_batch{options.max_batch}_ms"] = times[options.max_batch] * 1e3
-            higher |= {
-                f"{precision}_queries_per_s_at_target": True,
-                f"{precision}_samples_per_s_at_target": True,
-                f"{precision}_batch{options.max_batch}_ms": False,
-            }
         base = per_precision.get("fp32", {}).get("queries_per_s_at_target")
         for precision, figures in per_precision.items():
             if precision != "fp32" and base:
                 metrics[f"{precision}_speedup_at_target"] = (
                     figures["queries_per_s_at_target"] / base
                 )
-                higher[f"{precision}_speedup_at_target"] = True
         details: dict = {
             "query_sizes": {
                 "distribution": options.size_distribution,
@@ -268,7 +290,7 @@ class ServingTask(Task):
                 / f"{cfg.dataset.name}-{cfg.config_hash()}"
             )
             details["plots"] = [str(draw_serving(per_precision, options, out))]
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, directions(self.metrics, metrics), details)
 
 
 def draw_serving(per_precision: dict, options: ServingOptions, out_dir: Path) -> Path:

@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from suite.registry import TASKS
+from suite.results import MetricSpec, directions
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 PLANNERS = ("torchrec", "size-greedy", "lookup-greedy", "random")
@@ -220,6 +221,20 @@ class ShardingTask(Task):
     """Imbalance, memory and fit of sharding plans from TorchRec's planner and baselines."""
 
     Options = ShardingOptions
+    metrics = (
+        MetricSpec(
+            "*/imbalance",
+            False,
+            "{}: slowest / mean rank cost",
+            kind="ratio",
+            bounds=(1.0, float("inf")),
+            shown=True,
+            primary=True,
+        ),
+        MetricSpec("*/max_cost", False, "{}: slowest rank cost", "ms", "count"),
+        MetricSpec("*/max_rank_gib", False, "{}: largest rank memory", "GiB", "size"),
+        MetricSpec("*/fits", True, "{}: fits device memory", kind="count", bounds=(0, 1)),
+    )
 
     def run(self, ctx: RunContext) -> TaskOutput:
         from tqdm.auto import tqdm
@@ -234,7 +249,6 @@ class ShardingTask(Task):
         ):
             results[world] = plan_world(rows, dim, world, options, batch, ctx.config.seed)
         metrics: dict[str, float] = {}
-        higher: dict[str, bool] = {}
         for world, plans in results.items():
             for planner, figures in plans.items():
                 if "imbalance" not in figures:
@@ -244,12 +258,6 @@ class ShardingTask(Task):
                 metrics[f"{key}/max_cost"] = figures["max_cost"]
                 metrics[f"{key}/max_rank_gib"] = figures["max_rank_bytes"] / 1024**3
                 metrics[f"{key}/fits"] = float(figures["fits"])
-                higher |= {
-                    f"{key}/imbalance": False,
-                    f"{key}/max_cost": False,
-                    f"{key}/max_rank_gib": False,
-                    f"{key}/fits": True,
-                }
         details: dict[str, Any] = {
             "tables": {"rows": rows, "dim": dim, "source": options.tables},
             "batch_size_per_rank": batch,
@@ -265,7 +273,7 @@ class ShardingTask(Task):
                 / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
             )
             details["plots"] = [str(draw_sharding(results, out))]
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, directions(self.metrics, metrics), details)
 
 
 def print_plans(results: dict[int, dict[str, dict[str, Any]]]) -> None:

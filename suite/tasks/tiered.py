@@ -28,6 +28,7 @@ from suite.config import format_validation_error, load_yaml
 from suite.data.access import AccessStream, lfu_hit_rates, lru_hit_rates, stack_distances
 from suite.errors import ConfigError
 from suite.registry import TASKS
+from suite.results import MetricSpec, directions
 from suite.tasks.base import RunContext, Task, TaskOutput
 from suite.tasks.characterize import CharacterizeOptions, load_stream
 
@@ -192,6 +193,29 @@ class TieredTask(Task):
     """Hit rates per tier, lookup time per batch and memory cost of tiered placements."""
 
     Options = TieredOptions
+    metrics = (
+        MetricSpec(
+            "*/top_tier_share",
+            True,
+            "{}: lookups served by the top tier",
+            kind="ratio",
+            bounds=(0.0, 1.0),
+            shown=True,
+            primary=True,
+        ),
+        MetricSpec(
+            "*/batch_lookup_ms",
+            False,
+            "{}: lookup time per batch",
+            "ms",
+            "count",
+            bounds=(0, float("inf")),
+            shown=True,
+        ),
+        MetricSpec(
+            "*/memory_cost_usd", False, "{}: memory cost", "USD", "count", bounds=(0, float("inf"))
+        ),
+    )
 
     def check(self, config) -> None:  # noqa: ANN001
         options: TieredOptions = config.task.typed_options()
@@ -218,17 +242,11 @@ class TieredTask(Task):
             for p in options.placements
         ]
         metrics: dict[str, float] = {}
-        higher: dict[str, bool] = {}
         for p in placements:
             key = metric_key(p["name"])
             metrics[f"{key}/batch_lookup_ms"] = p["batch_lookup_seconds"] * 1e3
             metrics[f"{key}/memory_cost_usd"] = p["memory_cost_usd"]
             metrics[f"{key}/top_tier_share"] = p["levels"][0]["lookup_share"]
-            higher |= {
-                f"{key}/batch_lookup_ms": False,
-                f"{key}/memory_cost_usd": False,
-                f"{key}/top_tier_share": True,
-            }
         details: dict = {
             "source": source,
             "row_bytes": row_bytes,
@@ -248,7 +266,7 @@ class TieredTask(Task):
                 / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
             )
             details["plots"] = [str(p) for p in draw_tiers(placements, out)]
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, directions(self.metrics, metrics), details)
 
 
 def fbgemm_cache_replay(
