@@ -1,3 +1,22 @@
-"""recsuite: a benchmark suite for DLRM-family recommendation models."""
+"""recsuite: a benchmark suite for DLRM-family recommendation models.
+
+``from suite import run, load_results, compare`` is the Python API (:mod:`suite.api`);
+it loads on first use, so ``import suite`` (and the ``suite`` command) stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["__version__", "compare", "load_results", "run"]
+
+_API = {"run", "load_results", "compare"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from suite import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'suite' has no attribute {name!r}")

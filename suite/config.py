@@ -18,10 +18,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from suite.errors import ConfigError
-from suite.registry import DATASETS, EMBEDDINGS, MODELS, TASKS, Registry
+from suite.presets import resolve_config_file
+from suite.registry import DATASETS, EMBEDDINGS, MODELS, TASKS, Registry, did_you_mean
 
 
 class Frozen(BaseModel):
+    """The base of every typed options/config object: immutable, unknown keys rejected."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -29,12 +32,27 @@ class NoOptions(Frozen):
     """Options of an entry that takes none."""
 
 
-def format_validation_error(error: ValidationError, prefix: str = "") -> str:
-    """One line per problem, ``field.path: message``, joined by '; '."""
+def _fields_at(model: Any, path: tuple[Any, ...]) -> list[str]:
+    """Field names of the pydantic model reached from ``model`` along ``path``."""
+    for part in path:
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return []
+        model = fields[part].annotation
+    return list(getattr(model, "model_fields", {}))
+
+
+def format_validation_error(error: ValidationError, prefix: str = "", model: Any = None) -> str:
+    """One line per problem, ``field.path: message``, joined by '; '. With ``model`` (the
+    validated class), an unknown key gets a suggestion among the valid ones."""
     parts = []
     for item in error.errors():
         loc = ".".join(str(p) for p in item["loc"] if p != "__root__")
         msg = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden" and model is not None:
+            valid = _fields_at(model, tuple(item["loc"][:-1]))
+            msg = f"unknown key.{did_you_mean(str(item['loc'][-1]), valid)}"
+            msg += f" Valid: {', '.join(valid)}" if valid else ""
         field, sep, rest = msg.partition(": ")
         if not loc and sep and field.isidentifier():
             loc, msg = field, rest  # a model-level check naming its own field
@@ -75,7 +93,7 @@ class ComponentSpec(Frozen):
         try:
             resolved = options_cls.model_validate(raw)
         except ValidationError as exc:
-            raise ValueError(format_validation_error(exc, "options.")) from None
+            raise ValueError(format_validation_error(exc, "options.", options_cls)) from None
         return {**data, "options": resolved.model_dump(mode="json")}
 
     def typed_options(self) -> Any:
@@ -214,7 +232,9 @@ def validate_config(data: dict[str, Any], source: str = "config") -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid {source}: {format_validation_error(exc)}") from None
+        raise ConfigError(
+            f"invalid {source}: {format_validation_error(exc, model=RunConfig)}"
+        ) from None
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -272,7 +292,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def _set_component(data: dict[str, Any], field: str, name: str) -> None:
+def set_component(data: dict[str, Any], field: str, name: str) -> None:
+    """Name the entry of component ``field``; options written for another entry are dropped."""
     current = data.get(field)
     current_name = current.get("name") if isinstance(current, dict) else current
     if current_name != name:
@@ -294,14 +315,14 @@ def build_config(
     values: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
 ) -> RunConfig:
-    """Resolve a ``RunConfig``: YAML files (later ones win), then component names
+    """Resolve a ``RunConfig``: YAML files or preset names (later ones win), then component names
     (model/embedding/dataset/task), then plain dotted values, then ``--set`` strings."""
     data: dict[str, Any] = {}
     for path in config_files or []:
-        data = deep_merge(data, load_yaml(path))
+        data = deep_merge(data, load_yaml(resolve_config_file(path)))
     for field, name in (components or {}).items():
         if name is not None:
-            _set_component(data, field, name)
+            set_component(data, field, name)
     for key, value in (values or {}).items():
         if value is not None:
             set_dotted(data, key, value)

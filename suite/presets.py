@@ -7,10 +7,10 @@ accepts as they are and that the ``scaling`` task lays over a run's own config.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
-from suite.errors import SuiteError
+from suite.errors import ConfigError, SuiteError
+from suite.registry import did_you_mean, unknown_name_message
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -28,7 +28,25 @@ def preset_path(name: str, kind: str = "models") -> Path:
     """The YAML file of preset ``name``; unknown names raise :class:`UnknownPresetError`."""
     valid = list_presets(kind)
     if name not in valid:
-        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise UnknownPresetError(f"unknown {kind} preset {name!r}.{hint} Valid: {', '.join(valid)}")
+        raise UnknownPresetError(unknown_name_message(f"{kind} preset", name, valid))
     return PRESETS_DIR / kind / f"{name}.yaml"
+
+
+def preset_description(name: str, kind: str = "models") -> str:
+    """The preset's first comment line (every preset file starts with one)."""
+    first = preset_path(name, kind).read_text(encoding="utf-8").splitlines()[:1]
+    return first[0].lstrip("# ").strip() if first and first[0].startswith("#") else ""
+
+
+def resolve_config_file(value: str | Path) -> Path:
+    """A ``--config`` value: an existing YAML file, else a preset's name (``wukong-s``)."""
+    path = Path(value)
+    if path.exists() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        return path
+    names = list_presets()
+    if str(value) in names:
+        return preset_path(str(value))
+    raise ConfigError(
+        f"--config {value}: no such file, and no preset of that name."
+        f"{did_you_mean(str(value), names)} Presets: {', '.join(names)} (see `suite list presets`)"
+    )

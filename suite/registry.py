@@ -9,9 +9,10 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from suite.errors import SuiteError
 
@@ -20,6 +21,21 @@ T = TypeVar("T")
 
 class UnknownNameError(SuiteError):
     """An unknown registry name; the message lists valid names and a suggestion."""
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``valid`` to ``name``, or ``""``.
+
+    The one suggestion helper: registry names, config keys, presets and papers use it.
+    """
+    close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def unknown_name_message(kind: str, name: str, valid: Iterable[str]) -> str:
+    """``unknown <kind> 'name'. Did you mean ...? Valid: a, b, c``."""
+    names = sorted(valid)
+    return f"unknown {kind} {name!r}.{did_you_mean(name, names)} Valid: {', '.join(names)}"
 
 
 @dataclass(frozen=True)
@@ -32,26 +48,43 @@ class Entry(Generic[T]):
 
 
 class Registry(Generic[T]):
-    """Maps names to registered objects (classes or factories).
+    """Maps names to registered classes.
 
     Args:
         kind: what the entries are, for messages ("model", "dataset", ...).
         package: dotted package whose modules are imported to find entries.
+        base: ``"module:Class"`` every entry must subclass. Given as a path because the
+            base lives on a higher floor than the registry; it is already imported when
+            an entry registers (the entry's module subclasses it).
     """
 
-    def __init__(self, kind: str, package: str | None = None) -> None:
+    def __init__(self, kind: str, package: str | None = None, base: str | None = None) -> None:
         self.kind = kind
         self.package = package
+        self.base = base
         self._entries: dict[str, Entry[T]] = {}
         self._discovered = package is None
 
+    def _base_class(self) -> type | None:
+        if self.base is None:
+            return None
+        module, _, name = self.base.partition(":")
+        loaded = sys.modules.get(module) or importlib.import_module(module)
+        return getattr(loaded, name)
+
     def register(self, name: str, description: str | None = None) -> Callable[[T], T]:
-        """Decorator registering ``obj`` under ``name``; the description defaults to
-        the first line of its docstring."""
+        """Decorator registering class ``obj`` under ``name``, which it also sets as
+        ``obj.registered_name`` (the one place a name is written). The description
+        defaults to the first line of its docstring."""
 
         def decorate(obj: T) -> T:
             if name in self._entries and self._entries[name].obj is not obj:
                 raise SuiteError(f"duplicate {self.kind} name {name!r}")
+            base = self._base_class()
+            if base is not None and not (isinstance(obj, type) and issubclass(obj, base)):
+                raise SuiteError(f"{self.kind} {name!r} must be a subclass of {base.__name__}")
+            if isinstance(obj, type):
+                obj.registered_name = name  # type: ignore[attr-defined]
             doc = description or (getattr(obj, "__doc__", None) or "").strip().splitlines()
             text = doc if isinstance(doc, str) else (doc[0] if doc else "")
             self._entries[name] = Entry(name, obj, text)
@@ -81,10 +114,7 @@ class Registry(Generic[T]):
 
     def unknown_message(self, name: str) -> str:
         self._discover()
-        valid = sorted(self._entries)
-        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        return f"unknown {self.kind} {name!r}.{hint} Valid: {', '.join(valid)}"
+        return unknown_name_message(self.kind, name, self._entries)
 
     def names(self) -> list[str]:
         self._discover()
@@ -99,12 +129,15 @@ class Registry(Generic[T]):
         return iter(sorted(self._entries.values(), key=lambda e: e.name))
 
 
-MODELS: Registry[Any] = Registry("model", "suite.models")
-EMBEDDINGS: Registry[Any] = Registry("embedding method", "suite.embeddings")
-DATASETS: Registry[Any] = Registry("dataset", "suite.datasets")
-TASKS: Registry[Any] = Registry("task", "suite.tasks")
+# Entries are classes; each registry checks them against its base class at registration.
+MODELS: Registry[type] = Registry("model", "suite.models", "suite.models.base:Backbone")
+EMBEDDINGS: Registry[type] = Registry(
+    "embedding method", "suite.embeddings", "suite.embeddings.base:EmbeddingMethod"
+)
+DATASETS: Registry[type] = Registry("dataset", "suite.datasets", "suite.data.source:DatasetSource")
+TASKS: Registry[type] = Registry("task", "suite.tasks", "suite.tasks.base:Task")
 
-ALL_REGISTRIES: dict[str, Registry[Any]] = {
+ALL_REGISTRIES: dict[str, Registry[type]] = {
     "models": MODELS,
     "embeddings": EMBEDDINGS,
     "datasets": DATASETS,

@@ -16,16 +16,27 @@ ROOT = Path(__file__).resolve().parent.parent / "suite"
 # Lowest first. A top-level module or package of ``suite`` not listed here fails the test,
 # so a new package has to be given its floor.
 FLOORS: list[set[str]] = [
-    {"__init__", "errors", "fileio", "environment"},
-    {"registry", "config", "results", "tracking", "stats", "metrics", "presets", "figures"},
+    {"errors", "fileio", "environment", "progress", "units"},
+    {
+        "registry",
+        "config",
+        "results",
+        "tracking",
+        "stats",
+        "metrics",
+        "presets",
+        "figures",
+        "catalog",
+    },
     {"embeddings"},
     {"data", "datasets", "models"},
     {"engine"},
     {"tasks"},
     {"runs"},
-    {"studies", "reproduce", "leaderboard", "api"},
+    {"studies", "reproduce", "leaderboard", "api", "export"},
     {"commands"},
-    {"cli", "__main__"},
+    # the package facade lends the API lazily (``from suite import run``), so it sits on top
+    {"cli", "__main__", "__init__"},
 ]
 
 

@@ -59,10 +59,10 @@ def test_hash_is_stable_and_ignores_tracking_and_paths() -> None:
             "embedding.options.backend: Input should be 'fbgemm' or 'torch'",
         ),
         (["model.options.top_mlp=abc"], "model.options.top_mlp: layer sizes must look like"),
-        (["model.options.unknown=1"], "model.options.unknown: Extra inputs are not permitted"),
+        (["model.options.unknown=1"], "model.options.unknown: unknown key"),
         (["dataset.protocol=nope"], "dataset.protocol: unknown protocol 'nope'"),
         (["model.name=dlrmm"], "unknown model 'dlrmm'. Did you mean 'dlrm'?"),
-        (["colour=red"], "colour: Extra inputs are not permitted"),
+        (["colour=red"], "colour: unknown key"),
     ],
 )
 def test_bad_values_name_the_field(overrides: list[str], expected: str) -> None:
@@ -92,3 +92,24 @@ def test_parse_override_reads_values_as_yaml() -> None:
     assert parse_override("a=x") == ("a", "x")
     with pytest.raises(ConfigError, match="dotted.key=value"):
         parse_override("novalue")
+
+
+def test_unknown_key_gets_a_suggestion() -> None:
+    with pytest.raises(
+        ConfigError, match=r"train\.dense_lrr: unknown key\. Did you mean 'dense_lr'\?"
+    ):
+        build_config(overrides=["train.dense_lrr=0.1"])
+    with pytest.raises(
+        ConfigError, match=r"embedding\.options\.dimm: unknown key\. Did you mean 'dim'\?"
+    ):
+        build_config(overrides=["embedding.options.dimm=8"])
+
+
+def test_config_accepts_a_preset_by_name() -> None:
+    by_name = build_config(["wukong-s"])
+    assert by_name.model.name == "wukong"
+    from suite.presets import preset_path
+
+    assert by_name == build_config([preset_path("wukong-s")])
+    with pytest.raises(ConfigError, match=r"no preset of that name\. Did you mean 'wukong-s'\?"):
+        build_config(["wukong-ss"])

@@ -101,6 +101,7 @@ def test_hub_repo_id_matches_the_local_directory(
         )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the fake stands for a copy in the hub cache
     hub = prepare("bars-movielenslatest-x1", "reczoo/MovielensLatest_x1", revision="main")
     assert calls == [("reczoo/MovielensLatest_x1", "main")]
     assert hub.fingerprint == local.fingerprint
@@ -135,3 +136,20 @@ def test_bad_layouts(tmp_path: Path) -> None:
         prepare("bars-movielenslatest-x1", directory)
     data = prepare("bars-movielenslatest-x1", directory, on_bad_rows="skip")
     assert data.manifest["bad_rows"]["total"] == 1
+
+
+def test_unreachable_hub_fails_fast_and_names_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a local port nobody listens on: refused at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    started = time.perf_counter()
+    with pytest.raises(DataError, match=r"cannot reach the Hugging Face hub.*--raw DIR"):
+        prepare("bars-avazu-x1", "reczoo/Avazu_x1")
+    assert time.perf_counter() - started < 10

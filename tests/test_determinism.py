@@ -66,4 +66,3 @@ def test_every_run_records_threads_and_the_cpu_model() -> None:
         # the model name, not the bare architecture platform.processor() often gives
         assert env["cpu_model"] not in ("x86_64", "aarch64", "")
     assert environment()["interop_threads"] >= 1
-

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from optuna.trial import TrialState
 
 from suite.cli import main as cli_main
 from suite.config import build_config
-from suite.errors import ConfigError
+from suite.errors import ConfigError, SuiteError
 from suite.registry import EMBEDDINGS
 from suite.studies import load_study_spec, run_study
 from suite.studies.report import pareto_front
@@ -404,3 +405,92 @@ def test_single_objective_with_memory_budget_prunes_and_marks_infeasible(tmp_pat
         len([t for t in study.get_trials() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)])
         == 7
     )
+
+
+# --- Optuna as its users expect -------------------------------------------------------
+
+
+def test_metric_names_progress_lines_and_no_deprecation_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tiny_study(tmp_path, name="named", n_trials=2)
+    data["constraints"] = [{"metric": "embedding_bytes", "max": 10**9}]
+    spec = load_study_spec(write_study(tmp_path, data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = run_study(spec)
+    deprecated = [w for w in caught if issubclass(w.category, FutureWarning | DeprecationWarning)]
+    assert not [w for w in deprecated if "optuna" in str(w.filename)], deprecated
+    study = optuna.load_study(study_name="named", storage=outcome.storage_url)
+    assert study.metric_names == ["val_auc", "embedding_bytes"]  # optuna-dashboard's labels
+    assert all(t.constraints for t in study.get_trials(states=(TrialState.COMPLETE,)))
+    err = capsys.readouterr().err
+    assert "study named" in err and "2/2" in err  # the bar, as log lines (stderr is no TTY)
+    assert "\r" not in err
+    for suffix in ("png", "pdf", "svg"):  # paper-ready: vector and 300 dpi
+        assert (outcome.out_dir / f"pareto.{suffix}").stat().st_size > 0
+    tables = tmp_path / "tables"
+    assert cli_main(["export", "study", str(outcome.out_dir), "--out", str(tables)]) == 0
+    exported = pd.read_csv(tables / "study-named.csv")
+    assert len(exported) == 2 and r"egin{tabular}" in (tables / "study-named.tex").read_text()
+
+
+def test_journal_heartbeat_fails_and_requeues_a_dead_workers_trial(tmp_path: Path) -> None:
+    from suite.studies.storage import HEARTBEAT_ATTR, TrialHeartbeat, fail_stale_trials
+
+    spec = load_study_spec(write_study(tmp_path, tiny_study(tmp_path, name="beats")))
+    storage = open_storage(f"journal:{tmp_path / 'optuna.journal'}", spec.heartbeat)
+    study = optuna.create_study(study_name="beats", storage=storage)
+    dead = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    alive = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    study_id = storage.get_study_id_from_name("beats")
+    dead_id = storage.get_trial_id_from_study_id_trial_number(study_id, dead.number)
+    alive_id = storage.get_trial_id_from_study_id_trial_number(study_id, alive.number)
+    storage.set_trial_system_attr(dead_id, HEARTBEAT_ATTR, time.time() - 60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+    with TrialHeartbeat(storage, alive_id, interval=0.05):
+        time.sleep(0.3)
+        assert fail_stale_trials(study, storage, grace_period=5, callback=retry) == [dead.number]
+    beat = storage.get_trial(alive_id).system_attrs[HEARTBEAT_ATTR]
+    assert time.time() - beat < 5
+    trials = study.get_trials()
+    assert trials[dead.number].state == TrialState.FAIL
+    assert trials[alive.number].state == TrialState.RUNNING
+    (waiting,) = [t for t in trials if t.state == TrialState.WAITING]
+    assert waiting.params == trials[dead.number].params
+    assert waiting.system_attrs["failed_trial"] == dead.number
+    # a second sweep (another worker) finds nothing more to fail
+    assert fail_stale_trials(study, storage, grace_period=5, callback=retry) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--trials", "0"], "--trials: must be an integer >= 1, got 0"),
+        (["--trials", "-3"], "--trials: must be an integer >= 1, got -3"),
+        (["--timeout", "-1"], "--timeout: must be a number of seconds > 0, got -1"),
+    ],
+)
+def test_bad_budget_flags_are_one_clean_line(
+    tmp_path: Path, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_study(tmp_path, tiny_study(tmp_path, name="flags"))
+    assert cli_main(["study", str(path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: {message}"
+
+
+def test_unknown_objective_metric_stops_the_study_at_once(tmp_path: Path) -> None:
+    data = tiny_study(tmp_path, name="typo", n_trials=4)
+    data["objectives"] = [{"metric": "val_aucc", "direction": "maximize"}]
+    spec = load_study_spec(write_study(tmp_path, data))
+    with pytest.raises(SuiteError, match="val_aucc"):
+        run_study(spec, quiet=True)
+    storage = f"sqlite:///{tmp_path / 'results' / 'studies' / 'typo' / 'optuna.db'}"
+    try:
+        trials = optuna.load_study(study_name="typo", storage=storage).get_trials()
+    except KeyError:  # found before the study was even created
+        trials = []
+    assert len(trials) <= 1  # never the three failed trials in a row it took before

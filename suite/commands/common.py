@@ -3,28 +3,66 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from suite.config import RunConfig, build_config
+if TYPE_CHECKING:  # the config (pydantic) loads when a command runs, not for --help
+    from suite.config import RunConfig
+
+
+class ConfigDefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default; a flag tied to a config field shows that field's
+    default, read from the config classes only when help is printed."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        key = getattr(action, "config_key", None)
+        text = action.help or ""
+        if key and "default" not in text:
+            return f"{text} (default: {config_default(key)})"
+        if action.default in (None, False, []) or "default" in text:
+            return text
+        return super()._get_help_string(action) or ""
+
+
+def config_default(key: str) -> object:
+    """The default of dotted config field ``key`` (``train.epochs`` -> 1, ``model`` ->
+    ``dlrm``), from the pydantic classes without resolving any registry."""
+    from suite.config import ComponentSpec, RunConfig
+
+    node: object = RunConfig
+    for part in key.split("."):
+        info = node.model_fields[part]  # type: ignore[attr-defined]
+        node = info.annotation
+        default = info.get_default(call_default_factory=False)
+    if isinstance(node, type) and issubclass(node, ComponentSpec):
+        return node.default_name
+    return default
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that resolve a ``RunConfig``."""
+    """The flags that resolve a ``RunConfig``; ``parser`` should use
+    :class:`ConfigDefaultsFormatter` so their defaults show in ``--help``."""
     parser.add_argument(
         "--config",
         action="append",
         default=[],
-        metavar="FILE",
-        help="YAML run config (repeatable; later files win)",
+        metavar="FILE|PRESET",
+        help="YAML run config or a preset name such as wukong-s (repeatable; later ones win)",
     )
-    parser.add_argument("--model", help="backbone name (see `suite list`)")
-    parser.add_argument("--embedding", help="embedding method name")
-    parser.add_argument("--dataset", help="dataset name")
-    parser.add_argument("--protocol", help="dataset split protocol")
-    parser.add_argument("--task", help="task name")
-    parser.add_argument("--seed", type=int, help="run seed")
-    parser.add_argument("--device", choices=["cpu", "cuda"], help="where to train")
-    parser.add_argument("--epochs", type=int, help="training epochs")
-    parser.add_argument("--batch-size", type=int, help="training batch size")
+    flags = [
+        ("--model", "model", str, "backbone name (see `suite list models`)"),
+        ("--embedding", "embedding", str, "embedding method name"),
+        ("--dataset", "dataset", str, "dataset name"),
+        ("--protocol", None, str, "dataset split protocol (default: the dataset's own)"),
+        ("--task", "task", str, "task name"),
+        ("--seed", "seed", int, "run seed"),
+        ("--epochs", "train.epochs", int, "training epochs"),
+        ("--batch-size", "train.batch_size", int, "training batch size"),
+    ]
+    for flag, key, kind, text in flags:
+        action = parser.add_argument(flag, type=kind, help=text)
+        action.config_key = key  # type: ignore[attr-defined]
+    device = parser.add_argument("--device", choices=["cpu", "cuda"], help="where to train")
+    device.config_key = "device"  # type: ignore[attr-defined]
     parser.add_argument(
         "--tracking-uri",
         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///./mlruns/mlflow.db)",
@@ -44,6 +82,9 @@ def add_set_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The ``RunConfig`` the run flags describe."""
+    from suite.config import build_config
+
     values = {
         "seed": args.seed,
         "device": args.device,

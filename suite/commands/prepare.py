@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from suite.commands.common import add_set_argument
-from suite.config import build_config
+from suite.commands.common import ConfigDefaultsFormatter, add_set_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "prepare",
+        formatter_class=ConfigDefaultsFormatter,
         help="prepare a dataset's arrays and manifest",
         description="Read raw files (or generate synthetic data), split by a protocol and cache the "
         "prepared arrays with a manifest and fingerprint.",
@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from suite.config import build_config
     from suite.data.source import get_prepared
 
     overrides = [f"dataset.options.{text}" for text in args.overrides]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from suite.commands.common import add_set_argument
+from suite.commands.common import ConfigDefaultsFormatter, add_set_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "reproduce",
+        formatter_class=ConfigDefaultsFormatter,
         help="re-derive the papers' claims and write results/reproduce/<profile>/REPORT.md",
         description="Run the reproduction specs of a profile (quick: built-in data on CPU; full: "
         "real data on GPU) under every seed of the profile, judge every claim on confidence "

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from suite.commands.common import add_run_arguments, config_from_args
+from suite.commands.common import ConfigDefaultsFormatter, add_run_arguments, config_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
+        formatter_class=ConfigDefaultsFormatter,
         help="run a task on a model, embedding method and dataset",
         description="Resolve the run config (YAML, flags, --set) and run its task; the run is logged "
         "to MLflow and its result written as JSON.",
@@ -55,6 +56,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def print_multiseed(agg) -> None:  # noqa: ANN001
+    from suite.units import format_metric
+
     """A mean ± std table (sample std, ddof=1) with each seed's figure."""
     print(
         f"{agg.task} {agg.model}/{agg.embedding} on {agg.dataset} over seeds "
@@ -65,9 +68,9 @@ def print_multiseed(agg) -> None:  # noqa: ANN001
     print(f"  {'metric':<{width}} {'mean':>12}   {'± std':<12} {seeds}")
     for name, mean in agg.mean.items():
         std = agg.std.get(name)
-        spread = f"± {std:.4g}" if std is not None else "± n/a"
-        values = "  ".join(f"{r.metrics[name]:>12.6g}" for r in agg.per_seed)
-        print(f"  {name:<{width}} {mean:>12.6g}   {spread:<12} {values}")
+        spread = f"± {format_metric(name, std)}" if std is not None else "± n/a"
+        values = "  ".join(f"{format_metric(name, r.metrics[name]):>12}" for r in agg.per_seed)
+        print(f"  {name:<{width}} {format_metric(name, mean):>12}   {spread:<12} {values}")
     rule = agg.checkpoint["rule"]
     steps = ", ".join(
         f"{c['seed']}:{c['step']}" for c in agg.checkpoint["per_seed"] if c["step"] is not None
@@ -79,13 +82,15 @@ def print_multiseed(agg) -> None:  # noqa: ANN001
 
 
 def print_result(result) -> None:  # noqa: ANN001
+    from suite.units import format_metric
+
     print(
         f"{result.task} {result.model}/{result.embedding} on {result.dataset} "
         f"(seed {result.seed}, config {result.config_hash}, data {result.data_fingerprint[:12]})"
     )
     width = max([24, *(len(name) for name in result.metrics)])
     for name, value in result.metrics.items():
-        print(f"  {name:<{width}} {value:.6g}")
+        print(f"  {name:<{width}} {format_metric(name, value)}")
     if "checkpoint" in result.details:
         print(
             f"  checkpoint: {result.details['checkpoint']} (step {result.details['checkpoint_step']})"

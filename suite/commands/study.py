@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from suite.commands.common import add_set_argument
-from suite.config import parse_override
+from suite.commands.common import ConfigDefaultsFormatter, add_set_argument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "study",
+        formatter_class=ConfigDefaultsFormatter,
         help="run or resume an Optuna study declared in a YAML file",
         description="Run (or resume) a hyperparameter study: every trial is an ordinary run of the "
         "base config with sampled overrides, logged as a child of the study's MLflow parent run. "
@@ -49,7 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from suite.config import parse_override
     from suite.studies import load_study_spec, run_study
+    from suite.units import format_metric
 
     spec = load_study_spec(args.file)
     base_overrides = dict(parse_override(text) for text in args.overrides)
@@ -70,7 +72,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"  {label} trials: {', '.join(str(n) for n in summary.best)}")
         for name, value in summary.metrics.items():
             if name.startswith("best_"):
-                print(f"  {name:<24} {value:.6g}")
+                print(f"  {name:<24} {format_metric(name.removeprefix('best_'), value)}")
     for path in [*summary.files, *summary.best_configs]:
         print(f"  wrote {path}")
     if outcome.parent_run_id:

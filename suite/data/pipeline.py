@@ -29,9 +29,10 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from tqdm import tqdm
 
+from suite.config import Frozen
 from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.raw import OnBadRows, RawReader
 from suite.data.schema import FeatureSchema
@@ -50,14 +51,13 @@ from suite.data.vocab import (
 )
 from suite.errors import DataError
 from suite.fileio import make_temp_dir
+from suite.progress import progress_bar
 
 WORKERS = min(4, os.cpu_count() or 1)
 
 
-class CategoricalOptions(BaseModel):
+class CategoricalOptions(Frozen):
     """Options every raw dataset shares: vocabulary thresholds and bad-row handling."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     min_count: int = Field(
         1, ge=1, description="values seen fewer times in the counted rows share the rare id 1"
@@ -227,14 +227,8 @@ class _Spill:
 
 
 def _progress(enabled: bool, desc: str, total: int | None = None) -> tqdm:
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit=" rows",
-        unit_scale=True,
-        disable=not enabled,
-        dynamic_ncols=True,
-        leave=False,
+    return progress_bar(
+        total=total, desc=desc, unit=" rows", unit_scale=True, enabled=enabled, leave=False
     )
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
+
+from suite.config import Frozen
 
 
-class FeatureSchema(BaseModel):
+class FeatureSchema(Frozen):
     """Names of the dense and categorical features and each categorical vocab size."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     dense: list[str]
     sparse: list[str]

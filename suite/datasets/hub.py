@@ -19,10 +19,13 @@ BARS uses ``min_categr_count=1``, the default here), counting the train file.
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -140,7 +143,26 @@ def _local_files(directory: Path) -> dict[str, Path]:
     return found
 
 
+def _check_hub_reachable(repo: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds, not after the hub client's retries, when the hub cannot be
+    reached; ``HF_HUB_OFFLINE=1`` skips the check (a copy in the local hub cache)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise DataError(
+            f"cannot reach the Hugging Face hub at {host}:{port} ({exc.strerror or exc}) to load "
+            f"{repo!r}. Offline? Download it where there is a network "
+            f"(`huggingface-cli download {repo} --repo-type dataset`), unzip it and pass the "
+            "directory: --raw DIR (or set HF_HUB_OFFLINE=1 to use a copy in the hub cache)"
+        ) from None
+
+
 def _hub_splits(repo: str, revision: str | None) -> dict[str, Any]:
+    _check_hub_reachable(repo)
     import datasets
 
     try:
@@ -250,7 +272,6 @@ class BarsCriteoX1(HubDataset):
     """BARS Criteo_x1 (reczoo): Criteo with BARS's 7:2:1 split, 13 dense + 26 categorical."""
 
     layout = LAYOUTS["bars-criteo-x1"]
-    registered_name = "bars-criteo-x1"
 
 
 @DATASETS.register("bars-avazu-x1")
@@ -258,7 +279,6 @@ class BarsAvazuX1(HubDataset):
     """BARS Avazu_x1 (reczoo): Avazu with BARS's 7:1:2 split, 22 categorical features."""
 
     layout = LAYOUTS["bars-avazu-x1"]
-    registered_name = "bars-avazu-x1"
 
 
 @DATASETS.register("bars-movielenslatest-x1")
@@ -266,4 +286,3 @@ class BarsMovielensLatestX1(HubDataset):
     """BARS MovielensLatest_x1 (reczoo): user-movie-tag triples, 7:2:1 split, 3 categorical."""
 
     layout = LAYOUTS["bars-movielenslatest-x1"]
-    registered_name = "bars-movielenslatest-x1"

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from suite.config import Frozen
 from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.schema import FeatureSchema
 from suite.data.source import DatasetSource
@@ -98,10 +99,8 @@ MOVIELENS_FIELDS = ["user_id", "item_id", "age", "gender", "occupation", "genre"
 MOVIELENS_CARDINALITIES = [6040, 3706, 7, 2, 21, 18]  # the shape of ml-1m
 
 
-class SyntheticOptions(BaseModel):
+class SyntheticOptions(Frozen):
     """Size and teacher of a synthetic dataset."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     train_rows: int = Field(400_000, ge=10)
     val_rows: int = Field(50_000, ge=10)
@@ -175,7 +174,6 @@ class SyntheticDataset(DatasetSource):
 class CriteoSynth(SyntheticDataset):
     """Synthetic Criteo: 13 dense + 26 categorical features, Zipf ids, CTR 0.256."""
 
-    registered_name = "criteo-synth"
     profile = SyntheticProfile(
         sparse_names=[f"C{i}" for i in range(1, 27)],
         real_cardinalities=CRITEO_CARDINALITIES,
@@ -188,7 +186,6 @@ class CriteoSynth(SyntheticDataset):
 class AvazuSynth(SyntheticDataset):
     """Synthetic Avazu: 23 categorical features (21 fields + hour-of-day, weekday), CTR 0.17."""
 
-    registered_name = "avazu-synth"
     profile = SyntheticProfile(
         sparse_names=AVAZU_FIELDS, real_cardinalities=AVAZU_CARDINALITIES, base_ctr=0.17
     )
@@ -198,7 +195,6 @@ class AvazuSynth(SyntheticDataset):
 class MovieLensSynth(SyntheticDataset):
     """Synthetic MovieLens-as-CTR: user, item and side features, rating>=4 rate 0.575."""
 
-    registered_name = "movielens-synth"
     profile = SyntheticProfile(
         sparse_names=MOVIELENS_FIELDS,
         real_cardinalities=MOVIELENS_CARDINALITIES,

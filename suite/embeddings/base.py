@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from torch import nn
 
+from suite.config import Frozen
 from suite.embeddings.tables import (
     FBGEMM_DIM_MULTIPLE,
     Backend,
@@ -30,7 +31,7 @@ Init = Literal["reference", "torch"]
 table uniform in ``±sqrt(1/rows)``)."""
 
 
-class EmbeddingOptions(BaseModel):
+class EmbeddingOptions(Frozen):
     """Options every embedding method has.
 
     ``init``: for ``full`` and ``hash`` the reference (``create_emb`` in the DLRM
@@ -38,8 +39,6 @@ class EmbeddingOptions(BaseModel):
     scheme coincide: uniform in ``±sqrt(1/n)``, ``n`` the table's rows. ``qr`` and
     ``mixed_dim`` say what their reference does; ``fiited`` draws its own pool.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     dim: int = Field(16, ge=1, description="embedding dim D the backbone sees")
     backend: Backend = Field("fbgemm", description="fbgemm table-batched kernel, or torch.nn")

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from suite.config import TrainConfig
 from suite.data.batch import Batch
@@ -20,6 +19,7 @@ from suite.data.prepared import PreparedDataset, SplitArrays
 from suite.embeddings.tables import make_sparse_optimizer
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
+from suite.progress import progress_bar
 
 MetricsCallback = Callable[[dict[str, float], int], None]
 
@@ -104,7 +104,7 @@ def predict(
     out = np.empty(len(split), dtype=np.float32)
     start = 0
     loader = BatchLoader(split, batch_size)
-    for batch in tqdm(loader, desc=desc, disable=not progress, leave=False, unit="batch"):
+    for batch in progress_bar(loader, desc=desc, enabled=progress, leave=False, unit="batch"):
         batch = batch.to(device)
         logits = model(batch.dense, batch.sparse)
         out[start : start + len(batch)] = logits.float().cpu().numpy()
@@ -164,7 +164,7 @@ def train(
             best = (metrics["auc"], step, copy.deepcopy(model.state_dict()))
 
     model.train()
-    bar = tqdm(total=total, desc="train", unit="step", disable=not cfg.progress, dynamic_ncols=True)
+    bar = progress_bar(total=total, desc="train", unit="step", enabled=cfg.progress)
     for epoch in range(cfg.epochs):
         loader.set_epoch(epoch)
         tick = time.perf_counter()

@@ -17,18 +17,17 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import nn
 
+from suite.config import Frozen
 from suite.embeddings.base import Init
 from suite.models.base import Backbone, LayerSizes, keras_dense_init_, linear_flops, mlp
 from suite.registry import MODELS
 
 
-class DCNv2Options(BaseModel):
+class DCNv2Options(Frozen):
     """Cross depth and rank, structure, and the MLP's hidden widths."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cross_layers: int = Field(3, ge=1, description="cross layers")
     rank: int | None = Field(None, ge=1, description="low-rank cross (U V^T); None: full rank")

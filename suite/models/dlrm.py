@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from suite.config import Frozen
 from suite.embeddings.base import Init
 from suite.models.base import Backbone, LayerSizes, dlrm_reference_init_, linear_flops, mlp
 from suite.registry import MODELS
 
 
-class DLRMOptions(BaseModel):
+class DLRMOptions(Frozen):
     """DLRM layer sizes and interaction.
 
     ``bottom_mlp`` lists the hidden widths; a last layer to the embedding dim is added (the
@@ -21,8 +22,6 @@ class DLRMOptions(BaseModel):
     MLPs as the reference's ``create_mlp`` (:func:`dlrm_reference_init_`); ``torch``
     keeps torch's ``nn.Linear`` defaults.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     bottom_mlp: LayerSizes = [64, 32]
     top_mlp: LayerSizes = [128, 64]

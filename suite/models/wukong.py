@@ -16,15 +16,16 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from torch import nn
 
+from suite.config import Frozen
 from suite.embeddings.base import Init
 from suite.models.base import Backbone, LayerSizes, linear_flops, mlp
 from suite.registry import MODELS
 
 
-class WukongOptions(BaseModel):
+class WukongOptions(Frozen):
     """Wukong's depth, widths and FM rank.
 
     ``fm_mlp`` lists the FMB MLP's hidden widths (a last layer to ``num_fm * dim`` is
@@ -32,8 +33,6 @@ class WukongOptions(BaseModel):
     ``dense_embeddings * dim`` is added); ``top_mlp`` the final MLP's hidden widths (a last
     layer to one logit is added).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     layers: int = Field(2, ge=1, description="interaction layers l")
     num_fm: int = Field(8, ge=1, description="embeddings n_F out of each FM block")

@@ -19,6 +19,7 @@ import numpy as np
 from suite.config import RunConfig, deep_merge, load_yaml, validate_config
 from suite.errors import ConfigError
 from suite.presets import preset_path
+from suite.progress import progress_bar
 from suite.reproduce.claims import (
     COMPUTE_METRIC,
     ClaimOutcome,
@@ -210,7 +211,6 @@ def reproduce(
     command: str = "",
 ) -> Reproduction:
     """Train every needed run of the chosen specs under each seed; judge their claims."""
-    from tqdm.auto import tqdm
 
     from suite.runs.single import execute
     from suite.tracking import Tracker
@@ -244,7 +244,7 @@ def reproduce(
     records: dict[str, RunRecord] = {}
     try:
         total = len(planned) * len(seeds)
-        bar = tqdm(total=total, desc=f"reproduce ({profile})", unit="run", disable=not progress)
+        bar = progress_bar(total=total, desc=f"reproduce ({profile})", unit="run", enabled=progress)
         for key, entry in planned.items():
             record = RunRecord(entry.roles[0], entry.config, seeds)
             for seed in seeds:

@@ -65,10 +65,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from suite.config import format_validation_error, load_yaml
+from suite.config import Frozen, format_validation_error, load_yaml
 from suite.errors import ConfigError
+from suite.registry import unknown_name_message
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "reproductions"
 
@@ -76,10 +77,6 @@ Operand = float | str | dict[str, list[str]]
 COMPARATIVE = ("greater", "less", "within", "at_least", "at_most")
 SCALING = ("exponent_greater", "less_at_compute")
 Member = str | dict[str, Any]
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Profile(Frozen):
@@ -259,11 +256,7 @@ def load_spec(name_or_path: str | Path, directory: Path = SPEC_DIR) -> Reproduct
         path = directory / f"{name_or_path}.yaml"
         if not path.is_file():
             names = list_specs(directory)
-            close = difflib.get_close_matches(str(name_or_path), names, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(
-                f"unknown paper {str(name_or_path)!r}.{hint} Valid: {', '.join(names)}"
-            )
+            raise ConfigError(unknown_name_message("paper", str(name_or_path), names))
     data = load_yaml(path)
     try:
         return ReproductionSpec.model_validate(data)

@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 
 from suite.errors import SuiteError
+from suite.progress import progress_bar
 from suite.studies.report import StudySummary, summarize
 from suite.studies.spec import StudySpec
 from suite.studies.storage import (
@@ -32,7 +33,13 @@ from suite.studies.storage import (
     open_storage,
 )
 from suite.studies.tracking import client_for, ensure_parent_run, log_summary
-from suite.studies.worker import StudySession, quiet_optuna, run_worker, worker_main
+from suite.studies.worker import (
+    StudySession,
+    count_trials,
+    quiet_optuna,
+    run_worker,
+    worker_main,
+)
 
 RESULTS_ROOT = Path("results/studies")
 SPEC_ATTR = "suite:spec_hash"
@@ -71,6 +78,11 @@ def open_study(spec: StudySpec, storage: Any) -> tuple[optuna.Study, bool]:
             f"study {spec.name!r} in the storage has directions {stored}, the study file asks for "
             f"{spec.directions}; rename the study or use another --storage"
         )
+    names = [o.metric for o in spec.objectives]
+    if study.metric_names != names:  # optuna-dashboard shows these names, not "Objective 0"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(names)
     if created:
         study.set_user_attr(SPEC_ATTR, _space_hash(spec))
     elif study.user_attrs.get(SPEC_ATTR) not in (None, _space_hash(spec)):
@@ -107,6 +119,7 @@ def run_study(
     url = storage or default_storage_url(out, workers)
     check_storage_for_workers(url, workers)
     spec.check_space()
+    spec.check_metrics()
     base = spec.base
     get_prepared(base.dataset, progress=base.train.progress and not quiet)
 
@@ -135,7 +148,11 @@ def run_study(
             flush=True,
         )
 
-    errors = _run_workers(session, workers)
+    bar = _progress(spec, study, quiet)
+    try:
+        errors = _run_workers(session, workers, study, bar)
+    finally:
+        bar.close()
     summary = summarize(spec, optuna.load_study(study_name=spec.name, storage=store), out)
     n = spec.budget.n_trials
     finished = summary.counts["complete"] + summary.counts["pruned"]
@@ -154,9 +171,21 @@ def run_study(
     return StudyOutcome(summary, url, parent_run_id, out, complete)
 
 
-def _run_workers(session: StudySession, workers: int) -> list[str]:
+def _progress(spec: StudySpec, study: optuna.Study, quiet: bool) -> Any:
+    """A bar over the budget's finished trials, with rate and ETA."""
+    finished, _ = count_trials(study)
+    return progress_bar(
+        total=spec.budget.n_trials,
+        initial=finished,
+        desc=f"study {spec.name}",
+        unit="trial",
+        enabled=not quiet,
+    )
+
+
+def _run_workers(session: StudySession, workers: int, study: optuna.Study, bar: Any) -> list[str]:
     if workers == 1:
-        run_worker(session, 0)
+        run_worker(session, 0, bar)
         return []
     context = multiprocessing.get_context("spawn")
     processes = [
@@ -167,7 +196,10 @@ def _run_workers(session: StudySession, workers: int) -> list[str]:
         process.start()
     try:
         for process in processes:
-            process.join()
+            while process.is_alive():  # the workers are other processes: poll the storage
+                process.join(timeout=2.0)
+                finished, _ = count_trials(study)
+                bar.update(max(0, finished - bar.n))
     except KeyboardInterrupt:
         for process in processes:
             process.join(timeout=30)

@@ -5,7 +5,7 @@ Written under ``results/studies/<name>/``:
 - ``trials.csv``: one row per trial (state, method, feasibility, Pareto membership,
   every metric of the task's result, the sampled params as dotted keys, config hash,
   MLflow run id);
-- ``pareto.csv`` and ``pareto.png``: validation AUC against embedding bytes, one colour
+- ``pareto.csv`` and ``pareto.png`` (also ``.pdf``, ``.svg``): validation AUC against embedding bytes, one colour
   per method, the non-dominated feasible trials joined by a line (the Pareto front over
   the objectives in a multi-objective study; over AUC and bytes in a single-objective
   one, where it shows what the memory budget costs);
@@ -149,18 +149,25 @@ def trials_table(spec: StudySpec, trials: Sequence[FrozenTrial], pareto: set[int
     return pd.DataFrame(rows)
 
 
-def plot_front(spec: StudySpec, table: Any, out: Path) -> Path | None:
-    """Validation AUC against embedding bytes, one colour per method, front highlighted."""
+def plot_front(spec: StudySpec, table: Any, out: Path) -> list[Path]:
+    """Validation AUC against embedding bytes, one colour per method (the suite's palette),
+    the front highlighted; written by ``suite.figures.save_figure`` (PNG at 300 dpi, PDF,
+    SVG). Bytes are labelled in binary units; the axis is logarithmic only when the bytes
+    span more than a factor of 10; the legend sits outside the axes."""
     if table.empty or PLOT_X not in table or PLOT_Y not in table:
-        return None
+        return []
     done = table[table["state"] == "COMPLETE"].dropna(subset=[PLOT_X, PLOT_Y])
     if done.empty:
-        return None
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import seaborn as sns
+    from matplotlib.ticker import FuncFormatter
+
+    from suite.figures import palette, save_figure
+    from suite.units import human_bytes
 
     done = done.assign(feasible=done["feasible"].map({True: "feasible", False: "infeasible"}))
     styles = {}
@@ -170,8 +177,20 @@ def plot_front(spec: StudySpec, table: Any, out: Path) -> Path | None:
             "style_order": ["feasible", "infeasible"],
             "markers": {"feasible": "o", "infeasible": "X"},
         }
+    methods = sorted(done["method"].unique())
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    sns.scatterplot(data=done, x=PLOT_X, y=PLOT_Y, hue="method", s=50, alpha=0.8, ax=ax, **styles)
+    sns.scatterplot(
+        data=done,
+        x=PLOT_X,
+        y=PLOT_Y,
+        hue="method",
+        hue_order=methods,
+        palette=palette(methods),
+        s=50,
+        alpha=0.85,
+        ax=ax,
+        **styles,
+    )
     front = done[done["pareto"]].sort_values(PLOT_X)
     if not front.empty:
         ax.step(
@@ -182,17 +201,18 @@ def plot_front(spec: StudySpec, table: Any, out: Path) -> Path | None:
         )
     for c in spec.constraints:
         if c.metric == PLOT_X and c.max is not None:
-            ax.axvline(c.max, color="grey", ls="--", lw=1, label=f"max {PLOT_X}")
+            ax.axvline(c.max, color="grey", ls="--", lw=1, label=f"max {human_bytes(c.max)}")
     if done[PLOT_X].max() > 10 * max(done[PLOT_X].min(), 1.0):
         ax.set_xscale("log")
-    ax.set_xlabel("embedding bytes")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
+    ax.set_xlabel("embedding memory")
     ax.set_ylabel("validation AUC")
     ax.set_title(f"study {spec.name}: {len(done)} complete trials")
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    try:
+        return save_figure(fig, out)
+    finally:
+        plt.close(fig)
 
 
 def _write_text(path: Path, text: str) -> Path:
@@ -233,9 +253,7 @@ def summarize(spec: StudySpec, study: optuna.Study, out_dir: Path) -> StudySumma
         files.append(
             _write_text(out_dir / "pareto.csv", table[table["pareto"]].to_csv(index=False))
         )
-    figure = plot_front(spec, table, out_dir / "pareto.png")
-    if figure:
-        files.append(figure)
+    files.extend(plot_front(spec, table, out_dir / "pareto.png"))
     for old in out_dir.glob("best-*.yaml"):
         old.unlink()
     best = best_trials(spec, trials)[: spec.export.best]

@@ -25,15 +25,16 @@ space). With one method there is no ``method`` param and names are the dotted ke
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from suite.config import RunConfig, build_config, format_validation_error, load_yaml
+from suite.config import Frozen, RunConfig, build_config, format_validation_error, load_yaml
 from suite.errors import ConfigError
-from suite.registry import EMBEDDINGS
+from suite.registry import EMBEDDINGS, TASKS, did_you_mean
 
 METHOD_PARAM = "method"
 """Optuna name of the categorical over embedding methods in a multi-method study."""
@@ -42,11 +43,7 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FloatDistribution(_Frozen):
+class FloatDistribution(Frozen):
     """A float in ``[low, high]``, optionally log-uniform or on a grid of ``step``."""
 
     type: Literal["float"]
@@ -72,7 +69,7 @@ class FloatDistribution(_Frozen):
         return self.low
 
 
-class IntDistribution(_Frozen):
+class IntDistribution(Frozen):
     """An int in ``[low, high]`` on a grid of ``step``, optionally log-uniform."""
 
     type: Literal["int"]
@@ -101,7 +98,7 @@ class IntDistribution(_Frozen):
 Scalar = bool | int | float | str | None
 
 
-class CategoricalDistribution(_Frozen):
+class CategoricalDistribution(Frozen):
     """One of ``choices`` (bools, numbers, strings or null)."""
 
     type: Literal["categorical"]
@@ -138,7 +135,7 @@ def _check_keys(space: ParamSpace) -> ParamSpace:
     return space
 
 
-class SearchSpace(_Frozen):
+class SearchSpace(Frozen):
     """Params every trial samples, and per-embedding-method conditional params."""
 
     params: ParamSpace = Field(default_factory=dict)
@@ -213,14 +210,14 @@ class SearchSpace(_Frozen):
         ]
 
 
-class Objective(_Frozen):
+class Objective(Frozen):
     """A metric of the task's result and whether to maximize or minimize it."""
 
     metric: str
     direction: Literal["maximize", "minimize"]
 
 
-class Constraint(_Frozen):
+class Constraint(Frozen):
     """A bound on a result metric; trials outside it are infeasible."""
 
     metric: str
@@ -244,7 +241,7 @@ class Constraint(_Frozen):
         return float(max(parts))
 
 
-class Budget(_Frozen):
+class Budget(Frozen):
     """Finished trials to reach (COMPLETE or PRUNED) and/or seconds per session."""
 
     n_trials: int | None = Field(None, ge=1)
@@ -259,7 +256,7 @@ class Budget(_Frozen):
         return self
 
 
-class SamplerSpec(_Frozen):
+class SamplerSpec(Frozen):
     """Optuna sampler: ``tpe`` (default), ``nsga2`` or ``random``."""
 
     name: Literal["tpe", "nsga2", "random"] = "tpe"
@@ -276,7 +273,7 @@ class SamplerSpec(_Frozen):
         return self
 
 
-class PrunerSpec(_Frozen):
+class PrunerSpec(Frozen):
     """Median pruning of single-objective studies from intermediate validation reports."""
 
     name: Literal["median", "none"] = "median"
@@ -285,7 +282,7 @@ class PrunerSpec(_Frozen):
     interval_steps: int = Field(1, ge=1)
 
 
-class HeartbeatSpec(_Frozen):
+class HeartbeatSpec(Frozen):
     """Dead-worker detection: a running trial whose heartbeat is older than
     ``grace_period`` seconds is marked FAIL and re-queued (at most ``max_retry`` times)."""
 
@@ -304,13 +301,13 @@ class HeartbeatSpec(_Frozen):
         return self
 
 
-class ExportSpec(_Frozen):
+class ExportSpec(Frozen):
     """How many best configs to write as run-config YAML."""
 
     best: int = Field(3, ge=0)
 
 
-class StudySpec(_Frozen):
+class StudySpec(Frozen):
     """One validated study file. ``base`` is the resolved base run config."""
 
     name: str
@@ -365,6 +362,10 @@ class StudySpec(_Frozen):
     ) -> StudySpec:
         """A copy with the budget or base config changed (command-line flags)."""
         budget = self.budget
+        if n_trials is not None and n_trials < 1:
+            raise ConfigError(f"--trials: must be an integer >= 1, got {n_trials}")
+        if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError(f"--timeout: must be a number of seconds > 0, got {timeout:g}")
         if n_trials is not None or timeout is not None:
             budget = Budget(
                 n_trials=n_trials if n_trials is not None else budget.n_trials,
@@ -394,6 +395,23 @@ class StudySpec(_Frozen):
             full["tracking.run_name"] = run_name
         return self.base.with_overrides(full)
 
+    def check_metrics(self) -> None:
+        """Every objective and constraint metric must be one the base task declares, so a
+        misspelt metric fails before any trial runs. A task that declares no metrics is
+        checked after its first trial instead (the worker stops at once)."""
+        declared = tuple(getattr(TASKS.get(self.base.task.name), "metrics", ()) or ())
+        if not declared:
+            return
+        names = [str(getattr(m, "name", m)) for m in declared]
+        for where, metric in [("objectives", o.metric) for o in self.objectives] + [
+            ("constraints", c.metric) for c in self.constraints
+        ]:
+            if not any(_declares(m, metric) for m in declared):
+                raise ConfigError(
+                    f"study {self.name}: {where}: task {self.base.task.name!r} reports no metric "
+                    f"{metric!r}.{did_you_mean(metric, names)} It reports: {', '.join(names)}"
+                )
+
     def check_space(self) -> None:
         """Build one config per method from the space's example values, so a misspelt key,
         an unknown method or an option the method does not take fails before any work."""
@@ -405,6 +423,15 @@ class StudySpec(_Frozen):
                 raise ConfigError(
                     f"study {self.name}: space{f' (method {where})' if where else ''}: {exc}"
                 ) from None
+
+
+def _declares(declared: Any, metric: str) -> bool:
+    """Whether a task's metric declaration (a name, or a spec with ``name`` and, for a
+    family such as ``test_auc_*``, ``matches``) covers ``metric``."""
+    if getattr(declared, "name", declared) == metric:
+        return True
+    matches = getattr(declared, "matches", None)
+    return callable(matches) and matches(metric) is not None
 
 
 def load_study_spec(path: str | Path) -> StudySpec:

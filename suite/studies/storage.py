@@ -10,18 +10,20 @@
 ``--storage`` takes an SQLAlchemy URL (``sqlite:///...``, ``postgresql+psycopg2://...``,
 ``mysql+pymysql://...``) or ``journal:PATH`` for a journal file.
 
-Heartbeats: Optuna's ``RDBStorage`` records a heartbeat per running trial
-(``heartbeat_interval``); at the start of each trial (and while a worker waits) trials
-whose heartbeat is older than ``grace_period`` are marked FAIL and handed to
-``heartbeat_stale_trial_callback`` (Optuna 5's name; ``failed_trial_callback`` is its
-deprecated alias), here :class:`optuna.storages.RetryHeartbeatStaleTrialCallback`, which
-re-queues the same params as a WAITING trial. Optuna 5's ``JournalStorage`` has no
-heartbeat, so :class:`HeartbeatJournalStorage` adds one (the heartbeat is a trial system
-attr) through the same Optuna interface, and the same machinery runs on both.
+Heartbeats (a dead worker's trial must not stay RUNNING for ever): on an ``RDBStorage``
+(SQLite, PostgreSQL, MySQL) Optuna's own heartbeat runs (``heartbeat_interval``,
+``grace_period``) and its public ``fail_stale_trials`` marks stale trials FAIL and hands
+them to ``heartbeat_stale_trial_callback``. Optuna has no heartbeat for
+``JournalStorage``, so for a journal :class:`TrialHeartbeat` writes the time into the
+running trial's system attrs every ``interval`` seconds, and :func:`fail_stale_trials`
+fails trials whose last beat is older than ``grace_period``, through the storage's public
+methods only. Either way the callback (here one wrapping Optuna's
+``RetryHeartbeatStaleTrialCallback``) re-queues the trial's params as a WAITING trial.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -35,11 +37,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from suite.errors import ConfigError
 from suite.studies.spec import HeartbeatSpec
-
-try:  # the interface Optuna's optimize loop checks for heartbeats (not exported)
-    from optuna.storages._heartbeat import BaseHeartbeat
-except ImportError:  # pragma: no cover - a future Optuna without it
-    BaseHeartbeat = None  # type: ignore[assignment,misc]
 
 JOURNAL_PREFIX = "journal:"
 HEARTBEAT_ATTR = "suite:heartbeat"
@@ -80,71 +77,83 @@ def describe(url: str) -> str:
     return url
 
 
-class _HeartbeatMixin:
-    """Heartbeats stored as a trial system attr: enough for any storage Optuna can read."""
+class TrialHeartbeat:
+    """``with TrialHeartbeat(storage, trial_id, interval):`` records the time in the trial's
+    system attrs every ``interval`` seconds from a thread, until the block ends. Used where
+    the storage has no heartbeat of its own (``JournalStorage``)."""
 
-    heartbeat_interval: int
-    grace_period: int
-    stale_callback: StaleCallback | None
+    def __init__(self, storage: Any, trial_id: int, interval: float) -> None:
+        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="trial-heartbeat", daemon=True)
 
-    def record_heartbeat(self, trial_id: int) -> None:
-        self.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())  # type: ignore[attr-defined]
+    def _beat(self) -> None:
+        while True:
+            try:
+                self.storage.set_trial_system_attr(self.trial_id, HEARTBEAT_ATTR, time.time())
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return  # failed as stale meanwhile (this process was frozen too long)
+            if self._stop.wait(self.interval):
+                return
 
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        now = time.time()
-        stale = []
-        trials = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))  # type: ignore[attr-defined]
-        for trial in trials:
-            beat = trial.system_attrs.get(HEARTBEAT_ATTR)
-            if beat is None:
-                beat = trial.datetime_start.timestamp() if trial.datetime_start else now
-            if now - float(beat) > self.grace_period:
-                stale.append(trial._trial_id)
-        return stale
+    def __enter__(self) -> TrialHeartbeat:
+        self._thread.start()
+        return self
 
-    def get_heartbeat_interval(self) -> int | None:
-        return self.heartbeat_interval
-
-    def get_heartbeat_stale_trial_callback(self) -> StaleCallback | None:
-        return self.stale_callback
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
-if BaseHeartbeat is not None:
+def has_builtin_heartbeat(storage: Any) -> bool:
+    """Whether Optuna itself keeps heartbeats on ``storage`` (``RDBStorage`` does)."""
+    return isinstance(storage, RDBStorage)
 
-    class HeartbeatJournalStorage(_HeartbeatMixin, JournalStorage, BaseHeartbeat):
-        """``JournalStorage`` with Optuna's heartbeat interface (which Optuna 5 only
-        implements for ``RDBStorage``)."""
 
-        def __init__(
-            self,
-            backend: Any,
-            heartbeat_interval: int,
-            grace_period: int,
-            stale_callback: StaleCallback | None,
-        ) -> None:
-            super().__init__(backend)
-            self.heartbeat_interval = heartbeat_interval
-            self.grace_period = grace_period
-            self.stale_callback = stale_callback
+def fail_stale_trials(
+    study: optuna.Study, storage: Any, grace_period: float, callback: StaleCallback | None
+) -> list[int]:
+    """Mark FAIL the RUNNING trials whose heartbeat is older than ``grace_period`` seconds
+    (or, without any beat yet, whose start is) and pass each to ``callback``; return their
+    numbers. On an ``RDBStorage`` this is Optuna's own ``fail_stale_trials``."""
+    if has_builtin_heartbeat(storage):
+        before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        after = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+        return sorted(t.number for t in after if t.number not in before)
+    now = time.time()
+    study_id = storage.get_study_id_from_name(study.study_name)
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        beat = trial.system_attrs.get(HEARTBEAT_ATTR)
+        if beat is None:
+            beat = trial.datetime_start.timestamp() if trial.datetime_start else now
+        if now - float(beat) <= grace_period:
+            continue
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        try:
+            if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another worker failed it first, and re-queued it
+        failed.append(trial.number)
+        if callback is not None:
+            callback(study, storage.get_trial(trial_id))
+    return failed
 
 
 def open_storage(
     url: str, heartbeat: HeartbeatSpec, stale_callback: StaleCallback | None = None
 ) -> Any:
-    """An Optuna storage for ``url`` with heartbeats and stale-trial re-queueing."""
+    """An Optuna storage for ``url``. An ``RDBStorage`` gets Optuna's heartbeat and
+    ``stale_callback``; on a journal the worker keeps heartbeats itself
+    (:class:`TrialHeartbeat`, :func:`fail_stale_trials`)."""
     if url.startswith(JOURNAL_PREFIX):
         path = Path(url.removeprefix(JOURNAL_PREFIX)).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
-        backend = JournalFileBackend(str(path))
-        if BaseHeartbeat is None:  # pragma: no cover
-            warnings.warn(
-                "this Optuna has no heartbeat interface: dead workers' trials stay RUNNING",
-                stacklevel=2,
-            )
-            return JournalStorage(backend)
-        return HeartbeatJournalStorage(
-            backend, heartbeat.interval, heartbeat.grace_period, stale_callback
-        )
+        return JournalStorage(JournalFileBackend(str(path)))
     if "://" not in url:
         raise ConfigError(
             f"--storage {url!r}: expected a database URL (sqlite:///FILE, postgresql+psycopg2://...) "

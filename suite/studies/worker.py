@@ -13,6 +13,7 @@ trial that loses that race ends FAIL at once, marked ``suite:surplus``, before a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -26,8 +27,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from suite.errors import ConfigError, SuiteError
 from suite.studies.spec import StudySpec
-from suite.studies.storage import open_storage
+from suite.studies.storage import (
+    TrialHeartbeat,
+    fail_stale_trials,
+    has_builtin_heartbeat,
+    open_storage,
+)
 from suite.studies.tracking import STUDY_TAG, TRIAL_TAG, mark_trial_runs
+from suite.units import format_metric
 
 METRICS_ATTR = "suite:metrics"
 CONSTRAINTS_ATTR = "suite:constraints"
@@ -62,17 +69,17 @@ def quiet_optuna() -> None:
 
 
 def make_sampler(spec: StudySpec, seed: int | None) -> optuna.samplers.BaseSampler:
-    constraints = constraints_func(spec) if spec.constraints else None
+    """The study's sampler. Constraints reach it through ``trial.set_constraint`` in the
+    objective (Optuna 5's API; ``constraints_func`` is deprecated)."""
     s = spec.sampler
     if s.name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if s.name == "nsga2":
         kwargs = {"population_size": s.population_size} if s.population_size else {}
-        return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints, **kwargs)
+        return optuna.samplers.NSGAIISampler(seed=seed, **kwargs)
     kwargs = {"n_startup_trials": s.n_startup_trials} if s.n_startup_trials is not None else {}
     return optuna.samplers.TPESampler(
         seed=seed,
-        constraints_func=constraints,
         multivariate=True,
         group=spec.space.multi_method,
         **kwargs,
@@ -88,17 +95,6 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
         n_warmup_steps=p.n_warmup_steps,
         interval_steps=p.interval_steps,
     )
-
-
-def constraints_func(spec: StudySpec) -> Any:
-    """Optuna's constraints_func: the violations the objective stored (<= 0: feasible).
-    A pruned trial has none and counts as feasible (it is never a best trial anyway)."""
-    count = len(spec.constraints)
-
-    def func(trial: FrozenTrial) -> list[float]:
-        return list(trial.user_attrs.get(CONSTRAINTS_ATTR, [0.0] * count))
-
-    return func
 
 
 def worker_seed(seed: int | None, existing_trials: int, index: int) -> int | None:
@@ -160,14 +156,25 @@ class StaleTrialHandler:
 class TrialObjective:
     """The Optuna objective: sample, build the trial's config, run it, return objectives."""
 
-    def __init__(self, session: StudySession, study: optuna.Study, index: int) -> None:
+    def __init__(
+        self,
+        session: StudySession,
+        study: optuna.Study,
+        index: int,
+        storage: Any = None,
+        bar: Any = None,
+    ) -> None:
         self.session = session
         self.spec = session.spec
         self.study = study
         self.index = index
+        self.storage = storage
+        self.bar = bar
         self.last_state: TrialState | None = None
         self.last_error: str | None = None
         self.last_surplus = False
+        self.fatal: str | None = None
+        """A failure no other trial can avoid (the task lacks an objective's metric)."""
 
     def claim(self, trial: optuna.Trial) -> None:
         """Raise :class:`SurplusTrial` unless this trial still fits in ``n_trials``: the
@@ -198,12 +205,13 @@ class TrialObjective:
         trial.set_user_attr(HASH_ATTR, config.config_hash())
         tags = {STUDY_TAG: spec.name, TRIAL_TAG: str(trial.number)}
         try:
-            result = execute(
-                config,
-                parent_run_id=self.session.parent_run_id,
-                extra_tags=tags,
-                on_validation=self._pruning_callback(trial),
-            )
+            with self._heartbeat(trial):
+                result = execute(
+                    config,
+                    parent_run_id=self.session.parent_run_id,
+                    extra_tags=tags,
+                    on_validation=self._pruning_callback(trial),
+                )
         except optuna.TrialPruned:
             self._mark_run(trial.number, "PRUNED", end_status="KILLED")
             raise
@@ -220,16 +228,30 @@ class TrialObjective:
                 f"{config.task.name} (it reports: {', '.join(sorted(metrics))})"
             )
             trial.set_user_attr(ERROR_ATTR, message)
+            self.fatal = message
             raise ConfigError(message)
         trial.set_user_attr(METRICS_ATTR, {k: float(v) for k, v in metrics.items()})
         trial.set_user_attr(RUN_ATTR, result.mlflow_run_id)
         if spec.constraints:
-            trial.set_user_attr(CONSTRAINTS_ATTR, [c.violation(metrics) for c in spec.constraints])
+            violations = [c.violation(metrics) for c in spec.constraints]
+            trial.set_user_attr(CONSTRAINTS_ATTR, violations)
+            for i, (constraint, violation) in enumerate(
+                zip(spec.constraints, violations, strict=True)
+            ):
+                trial.set_constraint(f"{i}:{constraint.metric}", violation)
         values = [float(metrics[o.metric]) for o in spec.objectives]
         if any(not math.isfinite(v) for v in values):
             trial.set_user_attr(ERROR_ATTR, f"objective value is not finite: {values}")
             raise SuiteError(f"objective value is not finite: {values}")
         return values[0] if len(values) == 1 else values
+
+    def _heartbeat(self, trial: optuna.Trial) -> Any:
+        """Heartbeats for the trial where Optuna keeps none (a journal storage)."""
+        if self.storage is None or has_builtin_heartbeat(self.storage):
+            return contextlib.nullcontext()
+        study_id = self.storage.get_study_id_from_name(self.spec.name)
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        return TrialHeartbeat(self.storage, trial_id, self.spec.heartbeat.interval)
 
     def _pruning_callback(self, trial: optuna.Trial) -> Any:
         pruner = self.spec.pruning
@@ -267,12 +289,15 @@ class TrialObjective:
         self.last_state = trial.state
         self.last_error = trial.user_attrs.get(ERROR_ATTR)
         self.last_surplus = bool(trial.user_attrs.get(SURPLUS_ATTR))
+        if self.bar is not None and not self.last_surplus and trial.state in FINISHED:
+            self.bar.update(1)
         if self.last_surplus or self.session.quiet:
             return
-        print(
-            f"[{self.spec.name}] {describe_trial(self.spec, trial)} (worker {self.index})",
-            flush=True,
-        )
+        line = f"[{self.spec.name}] {describe_trial(self.spec, trial)} (worker {self.index})"
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
 
 
 def describe_trial(spec: StudySpec, trial: FrozenTrial) -> str:
@@ -286,10 +311,10 @@ def describe_trial(spec: StudySpec, trial: FrozenTrial) -> str:
     metrics = trial.user_attrs.get(METRICS_ATTR) or {}
     for o in spec.objectives:
         if o.metric in metrics:
-            parts.append(f"{o.metric}={metrics[o.metric]:.6g}")
+            parts.append(f"{o.metric}={format_metric(o.metric, metrics[o.metric])}")
     for c in spec.constraints:
         if c.metric in metrics and c.metric not in {o.metric for o in spec.objectives}:
-            parts.append(f"{c.metric}={metrics[c.metric]:.6g}")
+            parts.append(f"{c.metric}={format_metric(c.metric, metrics[c.metric])}")
     violations = trial.user_attrs.get(CONSTRAINTS_ATTR)
     if violations and max(violations) > 0:
         parts.append("[infeasible]")
@@ -308,32 +333,36 @@ def count_trials(study: optuna.Study) -> tuple[int, int]:
     return finished, len(trials) - finished
 
 
-def run_worker(session: StudySession, index: int = 0) -> int:
+def run_worker(session: StudySession, index: int = 0, bar: Any = None) -> int:
     """Run trials until the budget is met or the deadline passes; return how many ran.
 
-    While the remaining budget is covered by running trials the worker waits, failing
-    stale ones (dead workers) so their re-queued copies get run.
+    Before each trial, and while the remaining budget is covered by running trials (the
+    worker then waits), trials of dead workers are failed by heartbeat so their
+    re-queued copies get run. ``bar``: a progress bar to advance per finished trial.
     """
     quiet_optuna()
     spec = session.spec
-    storage = open_storage(session.storage_url, spec.heartbeat, StaleTrialHandler(session))
+    handler = StaleTrialHandler(session)
+    storage = open_storage(session.storage_url, spec.heartbeat, handler)
     probe = optuna.load_study(study_name=spec.name, storage=storage)
     existing = len(probe.get_trials(deepcopy=False))
     study = load_study(spec, storage, worker_seed(spec.sampler.seed, existing, index))
-    objective = TrialObjective(session, study, index)
+    objective = TrialObjective(session, study, index, storage, bar)
     n = spec.budget.n_trials
     ran = failures_in_row = 0
     while session.deadline is None or time.time() < session.deadline:
+        fail_stale_trials(study, storage, spec.heartbeat.grace_period, handler)
         finished, running = count_trials(study)
         if n is not None and finished >= n:
             break
         if n is not None and finished + running >= n:
-            optuna.storages.fail_stale_trials(study)
             time.sleep(session.poll_s)
             continue
         objective.last_state = None
         study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=[objective.after_trial])
         ran += 1
+        if objective.fatal:
+            raise SuiteError(objective.fatal)
         if objective.last_state == TrialState.FAIL and not objective.last_surplus:
             failures_in_row += 1
             if failures_in_row >= MAX_FAILURES_IN_ROW:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from suite.config import RunConfig
+from suite.config import Frozen, RunConfig
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
 from suite.engine.train import evaluate
@@ -20,10 +20,8 @@ from suite.tasks.base import RunContext, Task, TaskOutput
 LowPrecision = Literal["fp16", "int8", "int4"]
 
 
-class LowPrecOptions(BaseModel):
+class LowPrecOptions(Frozen):
     """Which precisions to evaluate after training."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     precisions: list[LowPrecision] = Field(
         default_factory=lambda: ["fp16", "int8", "int4"],

@@ -46,8 +46,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from suite.config import Frozen
 from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.models.base import RecModel
@@ -59,10 +60,8 @@ STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-class MemoryOptions(BaseModel):
+class MemoryOptions(Frozen):
     """Batch sizes of the measured steps and whether to build the ``full`` reference."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     batch_size: int | None = Field(
         None, ge=1, description="training step batch; default train.batch_size"

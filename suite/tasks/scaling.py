@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from suite.config import RunConfig, load_yaml, validate_config
+from suite.config import Frozen, RunConfig, load_yaml, validate_config
 from suite.engine.train import evaluate, train
 from suite.errors import ConfigError, SuiteError
 from suite.models.base import training_flops
@@ -35,10 +35,8 @@ PRESET_KEYS = {"model", "embedding"}
 PLOT_DIR = Path("results") / "scaling"
 
 
-class ScalingOptions(BaseModel):
+class ScalingOptions(Frozen):
     """Which size presets to train, and whether to draw the plot."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     presets: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PRESETS),

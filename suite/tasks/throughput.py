@@ -26,8 +26,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from suite.config import Frozen
 from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.environment import device_name
@@ -36,13 +37,11 @@ from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 
-class ThroughputOptions(BaseModel):
+class ThroughputOptions(Frozen):
     """Batch sizes and the measuring window.
 
     The window is ``measure_seconds`` of wall time when set, else ``measure_steps`` steps.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     batch_sizes: list[int] = Field(default_factory=lambda: [128, 2048], min_length=1)
     warmup_steps: int = Field(10, ge=0, description="steps run before the window")

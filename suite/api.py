@@ -1,0 +1,305 @@
+"""The suite from Python: ``run``, ``load_results`` and ``compare``.
+
+``run`` resolves the same ``RunConfig`` the CLI does and goes down the one run path
+(``suite.runs.single.execute`` or ``suite.runs.multiseed.execute_seeds``);
+``load_results`` reads the result JSON files every run writes into a pandas DataFrame;
+``compare`` pairs two configs' runs by seed and reports each metric's difference with a
+95% paired confidence interval and a verdict (``suite.stats``), never from one seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from suite.config import (
+    RunConfig,
+    build_config,
+    set_component,
+    set_dotted,
+    stable_hash,
+    validate_config,
+)
+from suite.errors import ConfigError
+from suite.results import TaskResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from suite.runs.multiseed import MultiSeedResult
+
+DEFAULT_RESULTS_DIR = "results/runs"
+COMPONENTS = ("model", "embedding", "dataset", "task")
+ConfigLike = RunConfig | Mapping[str, Any] | str | Path | None
+
+
+def resolve(config: ConfigLike = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """A ``RunConfig`` from a config object, a nested dict, a YAML path or a preset name,
+    with dotted-key ``overrides`` (``{"train.max_steps": 20}``) applied last."""
+    if isinstance(config, RunConfig):
+        base = config
+    elif isinstance(config, Mapping):
+        base = validate_config(dict(config))
+    elif isinstance(config, str | Path):
+        base = build_config([config])
+    elif config is None:
+        base = build_config()
+    else:
+        raise ConfigError(
+            f"config must be a RunConfig, dict, YAML path or preset name, got {type(config).__name__}"
+        )
+    if not overrides:
+        return base
+    data = base.model_dump(mode="json")
+    # entries first, so that a new entry drops the old one's options but keeps the given ones
+    switches = {k: v for k, v in overrides.items() if k.removesuffix(".name") in COMPONENTS}
+    for key, value in switches.items():
+        set_component(data, key.removesuffix(".name"), str(value))
+    for key, value in overrides.items():
+        if key not in switches:
+            set_dotted(data, key, value)
+    return validate_config(data)
+
+
+def run(
+    config: ConfigLike = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    seeds: Iterable[int] | None = None,
+    out: str | Path | None = None,
+) -> TaskResult | MultiSeedResult:
+    """Run ``config`` (see :func:`resolve`) as ``suite run`` does; with ``seeds``, once per
+    seed under one MLflow parent run (as ``suite run --seeds``).
+
+    Returns the ``TaskResult`` (or ``MultiSeedResult`` with ``seeds``) also written under
+    ``tracking.results_dir``.
+    """
+    resolved = resolve(config, overrides)
+    if seeds is not None:
+        from suite.runs.multiseed import execute_seeds, seeds_from
+
+        return execute_seeds(resolved, seeds_from(list(seeds)), out=out)
+    from suite.runs.single import execute
+
+    return execute(resolved, out=out)
+
+
+IDENTITY_COLUMNS = [
+    "task",
+    "model",
+    "embedding",
+    "dataset",
+    "protocol",
+    "seed",
+    "config_hash",
+    "group",
+    "data_fingerprint",
+    "mlflow_run_id",
+    "mlflow_tracking_uri",
+    "created",
+    "duration_s",
+    "path",
+]
+
+
+def group_hash(result: TaskResult) -> str:
+    """The hash shared by a config's runs over seeds (its identity without ``seed``);
+    equals ``suite.runs.multiseed.seedless_hash`` of the run's config."""
+    return stable_hash({k: v for k, v in result.config.items() if k != "seed"})
+
+
+def read_results(results_dir: str | Path = DEFAULT_RESULTS_DIR) -> list[tuple[Path, TaskResult]]:
+    """Every single-run result JSON under ``results_dir`` (multi-seed aggregates skipped:
+    each of their seeds has its own file)."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise ConfigError(f"results directory {root} does not exist")
+    found = []
+    for path in sorted(root.rglob("*.json")):
+        if "multiseed" in path.parts:
+            continue
+        try:
+            found.append((path, TaskResult.read(path)))
+        except (ValueError, OSError):
+            continue  # not a run result (e.g. a report's own JSON)
+    return found
+
+
+def load_results(results_dir: str | Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
+    """Runs under ``results_dir`` as a DataFrame: one row per run, the identity columns
+    (``task``, ``model``, ``embedding``, ``dataset``, ``protocol``, ``seed``,
+    ``config_hash``, ``group``, ``data_fingerprint``, ``mlflow_run_id``, ...) then one
+    column per metric.
+
+    ``filters`` keep rows whose column equals the value, or is in it for a list/tuple/set:
+    ``load_results(task="accuracy", embedding=["full", "qr"])``.
+    """
+    import pandas as pd
+
+    rows = []
+    for path, result in read_results(results_dir):
+        row = {
+            **{k: getattr(result, k) for k in IDENTITY_COLUMNS if hasattr(result, k)},
+            "group": group_hash(result),
+            "path": str(path),
+        }
+        rows.append({**row, **result.metrics})
+    frame = pd.DataFrame(rows, columns=None if rows else IDENTITY_COLUMNS)
+    for column, wanted in filters.items():
+        if column not in frame.columns:
+            valid = ", ".join(map(str, frame.columns))
+            raise ConfigError(f"load_results: no column {column!r} to filter on (columns: {valid})")
+        if isinstance(wanted, list | tuple | set | frozenset):
+            frame = frame[frame[column].isin(list(wanted))]
+        else:
+            frame = frame[frame[column] == wanted]
+    return frame.reset_index(drop=True)
+
+
+RunsLike = Any
+"""A result file (single or multi-seed), an MLflow run id (single or multi-seed parent),
+a config or group hash, a ``TaskResult``, ``MultiSeedResult`` or list of ``TaskResult``."""
+
+
+def runs_of(ref: RunsLike, results_dir: str | Path = DEFAULT_RESULTS_DIR) -> list[TaskResult]:
+    """The per-seed runs ``ref`` names (see :data:`RunsLike`)."""
+    if isinstance(ref, TaskResult):
+        return [ref]
+    if isinstance(ref, list | tuple) and all(isinstance(r, TaskResult) for r in ref):
+        return list(ref)
+    per_seed = getattr(ref, "per_seed", None)
+    if per_seed is not None:
+        return list(per_seed)
+    text = str(ref)
+    path = Path(text)
+    if path.suffix == ".json" or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"no result file {path}")
+        import json
+
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("kind") == "multiseed":
+            return [TaskResult.model_validate(r) for r in data["per_seed"]]
+        return [TaskResult.model_validate(data)]
+    results = [r for _, r in read_results(results_dir)]
+    for key in ("mlflow_run_id", "config_hash"):
+        hits = [r for r in results if getattr(r, key) == text]
+        if hits:
+            return hits
+    group = [r for r in results if group_hash(r) == text]
+    if group:
+        return group
+    parent = _multiseed_by_run_id(text, results_dir)
+    if parent is not None:
+        return parent
+    raise ConfigError(
+        f"{text!r} is neither a result file nor a run id, config hash or group hash of a "
+        f"run under {results_dir}"
+    )
+
+
+def _multiseed_by_run_id(run_id: str, results_dir: str | Path) -> list[TaskResult] | None:
+    import json
+
+    for path in Path(results_dir).rglob("multiseed/*.json"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("mlflow_run_id") == run_id:
+            return [TaskResult.model_validate(r) for r in data["per_seed"]]
+    return None
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    """One metric of ``A - B`` over seeds paired by seed."""
+
+    metric: str
+    higher_is_better: bool
+    a_mean: float
+    b_mean: float
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    n: int
+    verdict: str
+    """``A better``, ``B better``, ``same within margin``, ``inconclusive`` or
+    ``not measurable`` (fewer than two paired seeds)."""
+
+
+def compare(
+    a: RunsLike,
+    b: RunsLike,
+    metrics: Iterable[str] | None = None,
+    margin: float = 0.0,
+    results_dir: str | Path = DEFAULT_RESULTS_DIR,
+) -> pd.DataFrame:
+    """Compare the runs ``a`` and ``b`` name (see :func:`runs_of`) metric by metric.
+
+    Runs are paired by seed (seeds both have); each row holds both means, the mean paired
+    difference ``A - B`` with its 95% t interval, the paired t-test p-value and a verdict:
+    ``A better`` when the whole interval lies beyond ``margin`` on the better side,
+    ``same within margin`` when it lies within ``±margin``, ``inconclusive`` otherwise,
+    and ``not measurable`` with fewer than two paired seeds (one seed has no noise figure).
+    """
+    import pandas as pd
+
+    from suite.stats import paired_ci, paired_p_value, verdict
+
+    left = {r.seed: r for r in runs_of(a, results_dir)}
+    right = {r.seed: r for r in runs_of(b, results_dir)}
+    seeds = sorted(set(left) & set(right))
+    if not seeds:
+        raise ConfigError(
+            f"no seed in common: A has seeds {sorted(left)}, B has {sorted(right)}; "
+            "run both with the same --seeds"
+        )
+    fingerprints = {left[s].data_fingerprint for s in seeds} | {
+        right[s].data_fingerprint for s in seeds
+    }
+    if len(fingerprints) > 1:
+        raise ConfigError("A and B were run on different data (data fingerprints differ)")
+    common = [m for m in left[seeds[0]].metrics if all(m in right[s].metrics for s in seeds)]
+    names = list(metrics) if metrics is not None else common
+    unknown = [m for m in names if m not in common]
+    if unknown:
+        raise ConfigError(
+            f"metric(s) {', '.join(unknown)} not in both; shared: {', '.join(common)}"
+        )
+    rows = []
+    for name in names:
+        xa = [left[s].metrics[name] for s in seeds]
+        xb = [right[s].metrics[name] for s in seeds]
+        higher = left[seeds[0]].higher_is_better.get(name, True)
+        interval = paired_ci(xa, xb)
+        rows.append(
+            MetricComparison(
+                metric=name,
+                higher_is_better=higher,
+                a_mean=sum(xa) / len(xa),
+                b_mean=sum(xb) / len(xb),
+                difference=interval.mean,
+                low=interval.low,
+                high=interval.high,
+                p_value=paired_p_value(xa, xb),
+                n=len(seeds),
+                verdict=_label(interval, higher, margin, verdict),
+            )
+        )
+    return pd.DataFrame([asdict(r) for r in rows])
+
+
+def _label(interval: Any, higher: bool, margin: float, verdict: Any) -> str:
+    if math.isnan(interval.low):
+        return "not measurable"
+    better = "greater" if higher else "less"
+    worse = "less" if higher else "greater"
+    if verdict(interval, better, margin) == "holds":
+        return "A better"
+    if verdict(interval, worse, margin) == "holds":
+        return "B better"
+    if margin > 0 and verdict(interval, "within", margin) == "holds":
+        return "same within margin"
+    return "inconclusive"

@@ -1,0 +1,138 @@
+"""The Python API: the README's notebook example runs as written; compare's verdicts."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.api import compare, load_results, resolve, runs_of
+from suite.cli import main
+from suite.errors import ConfigError
+from suite.results import TaskResult
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- api-example[^>]*-->\n```python\n(.*?)```", text, re.DOTALL)
+    assert found, "README.md lost its api-example block"
+    return found.group(1)
+
+
+def test_readme_example_runs_end_to_end(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    namespace: dict = {}
+    exec(compile(readme_example(), "README.md:api-example", "exec"), namespace)  # noqa: S102
+    full, qr, runs, table = (namespace[k] for k in ("full", "qr", "runs", "table"))
+    assert full.seeds == qr.seeds == [0, 1, 2]
+    assert len(runs) == 6 and set(runs["embedding"]) == {"full", "qr"}
+    assert runs["mlflow_run_id"].notna().all()  # recorded in the real MLflow store in tmp
+    assert (isolated / "mlruns" / "mlflow.db").is_file()
+    assert list(table["metric"]) == ["test_auc", "test_logloss"]
+    assert set(table["verdict"]) <= {"A better", "B better", "same within margin", "inconclusive"}
+    auc = table.set_index("metric").loc["test_auc"]
+    assert auc["low"] <= auc["difference"] <= auc["high"] and auc["n"] == 3
+    expected = full.mean["test_auc"] - qr.mean["test_auc"]
+    assert auc["difference"] == pytest.approx(expected)
+
+    # the same comparison from the command line, by multi-seed MLflow parent run ids
+    capsys.readouterr()
+    assert main(["compare", full.mlflow_run_id, qr.mlflow_run_id, "--json"]) == 0
+    rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["test_auc"]["difference"] == pytest.approx(expected)
+    # and by group hash (the config without its seed)
+    group = runs[runs["embedding"] == "qr"]["group"].iloc[0]
+    assert {r.seed for r in runs_of(group)} == {0, 1, 2}
+
+
+def _result(seed: int, auc: float, fingerprint: str = "f") -> TaskResult:
+    return TaskResult(
+        task="accuracy",
+        model="dlrm",
+        embedding="full",
+        dataset="criteo-synth",
+        protocol="default",
+        seed=seed,
+        config={"seed": seed},
+        config_hash=f"h{seed}",
+        data_fingerprint=fingerprint,
+        metrics={"test_auc": auc, "test_logloss": 1 - auc},
+        higher_is_better={"test_auc": True, "test_logloss": False},
+    )
+
+
+def test_compare_verdicts_follow_the_paired_interval() -> None:
+    a = [_result(s, 0.80 + d) for s, d in enumerate([0.001, 0.002, 0.0015])]
+    b = [_result(s, 0.70 + d) for s, d in enumerate([0.001, 0.0025, 0.001])]
+    table = compare(a, b).set_index("metric")
+    assert table.loc["test_auc", "verdict"] == "A better"
+    assert table.loc["test_logloss", "verdict"] == "A better"  # lower is better
+    assert compare(b, a).set_index("metric").loc["test_auc", "verdict"] == "B better"
+    near = [_result(s, 0.80 + d) for s, d in enumerate([0.0002, -0.0001, 0.0001])]
+    same = compare(a[:3], near, margin=0.01).set_index("metric")
+    assert same.loc["test_auc", "verdict"] == "same within margin"
+    assert compare(a, near).set_index("metric").loc["test_auc", "verdict"] == "inconclusive"
+
+
+def test_compare_never_gives_a_verdict_from_one_seed() -> None:
+    table = compare([_result(0, 0.8)], [_result(0, 0.7)])
+    assert set(table["verdict"]) == {"not measurable"}
+
+
+def test_compare_refuses_unpaired_or_different_data() -> None:
+    with pytest.raises(ConfigError, match="no seed in common"):
+        compare([_result(0, 0.8)], [_result(1, 0.7)])
+    with pytest.raises(ConfigError, match="different data"):
+        compare([_result(0, 0.8), _result(1, 0.8)], [_result(0, 0.7, "g"), _result(1, 0.7, "g")])
+
+
+def test_resolve_takes_presets_dicts_and_overrides() -> None:
+    config = resolve("wukong-s", {"embedding.name": "qr", "embedding.options.collisions": 8})
+    assert config.model.name == "wukong" and config.embedding.name == "qr"
+    assert config.embedding.options["collisions"] == 8
+    assert resolve({"seed": 3}).seed == 3
+    with pytest.raises(ConfigError, match="Did you mean 'dense_lr'"):
+        resolve(None, {"train.dense_lrr": 0.1})
+
+
+def test_load_results_filters_and_names_bad_columns(isolated: Path) -> None:
+    out = isolated / "results" / "runs" / "accuracy" / "criteo-synth"
+    for seed in (0, 1):
+        _result(seed, 0.8).write(out / f"r{seed}.json")
+    frame = load_results(seed=[1])
+    assert list(frame["seed"]) == [1] and frame["test_auc"].iloc[0] == 0.8
+    with pytest.raises(ConfigError, match="no column 'colour'"):
+        load_results(colour="red")
+
+
+def test_import_suite_stays_light() -> None:
+    code = (
+        "import sys, suite; print([m for m in ('torch', 'pandas', 'mlflow') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_compare_command_by_group_hash_prints_the_table(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from suite.api import group_hash
+
+    out = isolated / "runs"
+    for seed, d in enumerate([0.001, 0.002, 0.0015]):
+        a, b = _result(seed, 0.80 + d), _result(seed, 0.70 + d)
+        a.config["embedding"], b.config["embedding"] = "full", "qr"
+        a.write(out / f"a{seed}.json")
+        b.write(out / f"b{seed}.json")
+    ga = group_hash(TaskResult.read(out / "a0.json"))
+    gb = group_hash(TaskResult.read(out / "b0.json"))
+    assert main(["compare", ga, gb, "--results", str(out), "--metric", "test_auc"]) == 0
+    text = capsys.readouterr().out
+    assert "paired seeds: 3" in text and "A better" in text and "test_auc" in text
+    assert main(["compare", "nope", gb, "--results", str(out)]) == 2
+    assert "neither a result file nor a run id" in capsys.readouterr().err

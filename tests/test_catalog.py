@@ -1,0 +1,124 @@
+"""``suite list`` reads the registries light (no torch); it must equal the real registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.catalog import KINDS, light_entries, prepared_dir_of, real_entries
+from suite.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_light_listing_equals_the_imported_registry(kind: str) -> None:
+    light = [e.to_json() for e in light_entries(kind)]
+    real = [e.to_json() for e in real_entries(kind)]
+    for entry in light + real:
+        entry.pop("module")
+    assert light == real
+
+
+def test_listing_imports_neither_torch_nor_mlflow_nor_pandas() -> None:
+    code = (
+        "import sys; from suite.cli import main; main(['list', '--json']);"
+        "heavy = [m for m in ('torch', 'fbgemm_gpu', 'mlflow', 'pandas', 'numpy') "
+        "if m in sys.modules]; sys.stderr.write(repr(heavy))"
+    )
+    env = {**os.environ, "RECSUITE_CATALOG_CACHE": "0"}  # the cold path: read every source
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env=env
+    )
+    assert out.stderr.strip().endswith("[]"), out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) == {*KINDS, "presets"}
+
+
+def test_list_json_has_options_defaults_protocols_and_status(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["list", "--json", "--cache-dir", str(tmp_path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    qr = next(e for e in data["embeddings"] if e["name"] == "qr")
+    assert {o["name"]: o["default"] for o in qr["options"]}["collisions"] == 4
+    synth = next(e for e in data["datasets"] if e["name"] == "criteo-synth")
+    assert synth["default_protocol"] in synth["protocols"]
+    assert synth["prepared"] == {
+        "default": False,
+        "caches": [],
+        "root": str(tmp_path / "criteo-synth"),
+    }
+    assert "wukong-s" in {p["name"] for p in data["presets"]}
+
+
+def test_prepared_status_follows_the_cache_rule(tmp_path: Path) -> None:
+    from suite.config import DatasetSpec
+    from suite.data.source import prepared_dir
+
+    spec = DatasetSpec(name="criteo-synth", cache_dir=str(tmp_path))
+    light = prepared_dir_of(spec.name, spec.protocol, spec.options, str(tmp_path))
+    assert light == prepared_dir(spec)
+
+
+@pytest.mark.parametrize(
+    ("argv", "kinds", "names"),
+    [
+        (["embedding"], {"embeddings"}, None),
+        (["datasets", "bars-*"], {"datasets"}, {"bars-criteo-x1", "bars-avazu-x1"}),
+        (["preset", "wukong-s"], {"presets"}, {"wukong-s"}),
+        (["q?"], {*KINDS, "presets"}, {"qr"}),
+    ],
+)
+def test_singular_kinds_and_globs(
+    argv: list[str], kinds: set[str], names: set[str] | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["list", "--json", *argv]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == kinds
+    found = {e["name"] for rows in data.values() for e in rows}
+    assert found if names is None else names <= found
+    if names is not None and len(names) == 1:
+        assert found == names
+
+
+def test_text_listing_shows_defaults_and_status(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "model", "dlrm"]) == 0
+    out = capsys.readouterr().out
+    assert "dlrm  DLRM" in out and 'interaction = "dot"' in out
+
+
+def test_two_patterns_are_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "foo", "bar"]) == 2
+    assert "one name pattern" in capsys.readouterr().err
+
+
+def test_cached_listing_equals_a_fresh_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite import catalog as module
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = module.catalog()
+    path = module._cache_file()
+    assert path is not None and path.is_file() and path.is_relative_to(tmp_path)
+    assert module._read_cache(path) == first == module.catalog()
+    path.write_text("{not json")  # a damaged cache is read again from the sources
+    assert module.catalog() == first
+
+
+def test_help_imports_no_heavy_library() -> None:
+    code = (
+        "import sys; from suite.cli import make_parser; make_parser().format_help();"
+        "print([m for m in ('torch', 'fbgemm_gpu', 'mlflow', 'optuna', 'pandas', 'pydantic') "
+        "if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "[]"
