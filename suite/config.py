@@ -156,6 +156,9 @@ class TrainConfig(Frozen):
     checkpoint: Literal["best", "final"] = "best"
     shuffle: bool = True
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's")
+    compile: bool = Field(
+        False, description="torch.compile (Inductor) the backbone; same numbers within float noise"
+    )
     progress: bool = True
 
 
@@ -203,6 +206,8 @@ class RunConfig(Frozen):
         for key in ("raw", "cache_dir"):
             data["dataset"].pop(key, None)
         data["train"].pop("progress", None)
+        if not self.train.compile:  # eager: hashes stay those of runs before the switch
+            data["train"].pop("compile", None)
         if self.comm == CommConfig():  # no codec: hashes stay those of runs before codecs
             data.pop("comm", None)
         return data
