@@ -32,12 +32,17 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# name -> (OMP_WAIT_POLICY or None for unset, extra --set overrides)
-VARIANTS: dict[str, tuple[str | None, list[str]]] = {
-    "default": (None, ["train.compile=false"]),
-    "passive": ("PASSIVE", ["train.compile=false"]),
-    "passive+compile": ("PASSIVE", ["train.compile=true"]),
+# name -> (OpenMP environment, extra --set overrides); an OpenMP variable a variant does not
+# name is unset in its process
+VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "default": ({}, ["train.compile=false"]),
+    "passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, ["train.compile=false"]),
+    "spin-10k": ({"GOMP_SPINCOUNT": "10000"}, ["train.compile=false"]),
+    "spin-100k": ({"GOMP_SPINCOUNT": "100000"}, ["train.compile=false"]),
+    "compile": ({}, ["train.compile=true"]),
+    "passive+compile": ({"OMP_WAIT_POLICY": "PASSIVE"}, ["train.compile=true"]),
 }
+OPENMP = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 MODEL = [
     "model.options.bottom_mlp=512-256-64",
     "model.options.top_mlp=512-256",
@@ -65,7 +70,7 @@ def child(sets: list[str], batches: list[int], seconds: float) -> dict:
         overrides=[f"dataset.options.{k}={v}" for k, v in DATA.items()] + MODEL + sets,
     )
     data = get_prepared(config.dataset, progress=False)
-    out: dict = {"omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "batches": {}}
+    out: dict = {"openmp": {k: os.environ.get(k) for k in OPENMP}, "batches": {}}
     for size in batches:
         model = build_model(config, data)
         dense_opt, sparse_opt = make_optimizers(model, config.train)
@@ -88,11 +93,9 @@ def child(sets: list[str], batches: list[int], seconds: float) -> dict:
 
 
 def run_child(name: str, batches: list[int], seconds: float) -> dict:
-    policy, sets = VARIANTS[name]
-    env = dict(os.environ)
-    env.pop("OMP_WAIT_POLICY", None)
-    if policy:
-        env["OMP_WAIT_POLICY"] = policy
+    openmp, sets = VARIANTS[name]
+    env = {k: v for k, v in os.environ.items() if k not in OPENMP}
+    env.update(openmp)
     payload = json.dumps({"sets": sets, "batches": batches, "seconds": seconds})
     command = [sys.executable, __file__, "--_child", payload]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    parser.add_argument("--variants", default="default,passive,passive+compile")
+    parser.add_argument("--variants", default="default,passive,compile")
     parser.add_argument("--batches", default="128,2048")
     parser.add_argument("--seconds", type=float, default=3.0, help="steady window per batch")
     parser.add_argument("--out", default=str(ROOT / "results" / "bench" / "dense_step.json"))
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base = names[0]
     report: dict = {
-        "variants": {n: {"omp": VARIANTS[n][0], "sets": VARIANTS[n][1]} for n in names},
+        "variants": {n: {"env": VARIANTS[n][0], "sets": VARIANTS[n][1]} for n in names},
         "runs": runs,
         "summary": [],
     }

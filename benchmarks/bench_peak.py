@@ -102,7 +102,9 @@ def profiled_gemm_rate(model: RecModel, config: RunConfig, data: PreparedDataset
     total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
     flops = sum(e.flops for e in events)
     seconds = sum(e.self_cpu_time_total for e in events) / 1e6
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]
     return {
+        "top_ops_self_share": {e.key: e.self_cpu_time_total / 1e6 / total for e in ops},
         "gemm_flops_per_step": flops / steps,
         "gemm_seconds_share": seconds / total,
         "gemm_flops_per_s": flops / seconds,
@@ -243,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    for batch, entry in report["batches"].items():
+        shares = entry["step_gemm"]["top_ops_self_share"]
+        print(
+            f"batch {batch}, own time by op: "
+            + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
+        )
     report["load_average"] = {"start": load_start, "end": os.getloadavg()}
     report["threads"] = torch.get_num_threads()
     report["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
