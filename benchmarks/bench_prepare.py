@@ -1,18 +1,21 @@
 """How fast is `prepare` next to a bare pyarrow parse of the same Criteo file?
 
-    python benchmarks/bench_prepare.py [--rows N] [--out results/bench/prepare.json]
+    python benchmarks/bench_prepare.py [--rows N] [--raw PATH] [--profile]
+                                       [--out results/bench/prepare.json]
 
-Writes a Criteo Kaggle-format ``train.txt`` of N rows (default 1,000,000) with realistic
-value distributions (per-feature missing rates, heavy-tailed counts with a few negatives,
-Zipf-distributed 8-hex-digit categorical values over vocabularies scaled from the real
-ones), then times, each in its own fresh process with the file in the page cache:
+Writes a Criteo Kaggle-format ``train.txt`` of N rows (default 1,000,000) with
+``benchmarks/gen_criteo.py`` (or takes an existing one with ``--raw``; the Kaggle size is
+``--rows 45840617``, ~11 GB: generate it once on a local disk and pass it with ``--raw``),
+then times, each in its own fresh process with the file in the page cache:
 
-- ``bare``: ``pyarrow.csv.read_csv`` of the file (type inference, all cores), the floor;
+- ``bare``: ``pyarrow.csv`` parse of the file (type inference, all cores; streamed batch by batch
+  above 2 GB, as a whole-file table needs ~5x the file in RAM), the floor;
 - ``prepare``: ``criteo-kaggle`` (protocol ``dlrm``) from raw text to published arrays:
   parse, vocabulary, ids, split, writing and fingerprint.
 
-Prints both, the ratio (target: prepare <= 3x bare) and each process's peak RSS, and
-writes them as JSON.
+Prints both as rows/s of work, the ratio (target: prepare <= 3x bare) and each process's
+peak RSS, and writes them as JSON. ``--profile`` runs the prepare process once more under
+``cProfile`` (after the timed run, so the timing is clean) and prints where its time goes.
 """
 
 from __future__ import annotations
@@ -35,82 +38,29 @@ import pyarrow.csv as pacsv
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-FULL_ROWS = 45_840_617
-# Criteo Kaggle: distinct values per categorical feature and share of empty fields
-from suite.datasets.synthetic import CRITEO_CARDINALITIES as CARDINALITIES  # noqa: E402
+from gen_criteo import NAMES, generate  # noqa: E402
 
-CAT_MISSING = [
-    0,
-    0,
-    0.034,
-    0.034,
-    0,
-    0.12,
-    0,
-    0,
-    0,
-    0,
-    0,
-    0.034,
-    0,
-    0,
-    0,
-    0.034,
-    0,
-    0,
-    0.44,
-    0.44,
-    0.034,
-    0.76,
-    0,
-    0.034,
-    0.44,
-    0.44,
-]
-INT_MISSING = [0.45, 0, 0.21, 0.22, 0.03, 0.22, 0.04, 0.0005, 0.04, 0.45, 0.04, 0.77, 0.22]
-NAMES = ["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]
-
-
-def generate(path: Path, rows: int, seed: int = 0) -> None:
-    """Write ``rows`` Criteo-format lines to ``path`` (tab-separated, no header)."""
-    rng = np.random.default_rng(seed)
-    columns: dict[str, pa.Array] = {"label": pa.array((rng.random(rows) < 0.256).astype(np.int64))}
-    for j in range(13):
-        counts = np.floor(np.exp(rng.normal(rng.uniform(0.5, 3.0), 1.6, rows))).astype(np.int64)
-        if j == 1:  # I2 holds a few small negatives
-            counts -= rng.integers(1, 4, rows) * (rng.random(rows) < 0.05)
-        columns[f"I{j + 1}"] = pa.array(counts, mask=rng.random(rows) < INT_MISSING[j])
-    for j, real in enumerate(CARDINALITIES):
-        size = real if real < 10_000 else max(10_000, int(real * rows / FULL_ROWS * 2))
-        vocab = np.frombuffer(
-            rng.integers(0, 2**32, size, dtype=np.uint64).astype(">u4").tobytes().hex().encode(),
-            "S8",
-        )
-        cdf = np.cumsum(1.0 / np.arange(1, size + 1) ** 1.05)
-        ranks = np.minimum(np.searchsorted(cdf / cdf[-1], rng.random(rows)), size - 1)
-        values = pa.array(vocab[ranks], type=pa.binary(8)).cast(pa.string())
-        columns[f"C{j + 1}"] = pc_mask(values, rng.random(rows) < CAT_MISSING[j])
-    table = pa.table(columns)
-    options = pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
-    pacsv.write_csv(table, str(path), write_options=options)
-
-
-def pc_mask(values: pa.Array, mask: np.ndarray) -> pa.Array:
-    import pyarrow.compute as pc
-
-    return pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), values)
+# above this size the bare parse streams (a whole-file table would need ~5x the file in RAM)
+STREAM_BYTES = 2 * 10**9
 
 
 def run_bare(path: Path) -> dict[str, object]:
+    """``pyarrow.csv`` on the whole file: one table (threaded) below ``STREAM_BYTES``, else
+    the streaming reader batch by batch (bounded memory, like prepare)."""
+    read = pacsv.ReadOptions(column_names=NAMES, block_size=16 << 20)
+    parse = pacsv.ParseOptions(delimiter="\t")
+    # categorical values stay strings (an all-digit hex value must not make a column int)
+    convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in NAMES if n[0] == "C"})
     start = time.perf_counter()
-    table = pacsv.read_csv(
-        str(path),
-        read_options=pacsv.ReadOptions(column_names=NAMES),
-        parse_options=pacsv.ParseOptions(delimiter="\t"),
-    )
+    if path.stat().st_size < STREAM_BYTES:
+        mode, rows = "read_csv", pacsv.read_csv(str(path), read, parse, convert).num_rows
+    else:
+        batches = pacsv.open_csv(str(path), read, parse, convert)
+        mode, rows = "open_csv", sum(len(b) for b in batches)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "rows": table.num_rows, "peak_rss_mb": _peak_rss_mb()}
+    return {"seconds": seconds, "rows": rows, "mode": mode, "peak_rss_mb": _peak_rss_mb()}
 
 
 def run_prepare(path: Path, out: Path) -> dict[str, object]:
@@ -126,6 +76,24 @@ def run_prepare(path: Path, out: Path) -> dict[str, object]:
         "ids": int(sum(data.schema.cardinalities)),
         "peak_rss_mb": _peak_rss_mb(),
     }
+
+
+def run_profile(path: Path, out: Path, top: int = 30) -> dict[str, object]:
+    """Prepare under cProfile: the functions with the most cumulative and own time."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    run_prepare(path, out)
+    profiler.disable()
+    lines = {}
+    for key in ("cumulative", "tottime"):
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats(key).print_stats(top)
+        lines[key] = text.getvalue()
+    return {"profile": lines}
 
 
 def _peak_rss_mb() -> float:
@@ -158,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workdir", help="where to write the file and prepared arrays (default: a temp dir)"
     )
+    parser.add_argument("--raw", help="an existing Criteo-format file to use (not generated)")
+    parser.add_argument("--profile", action="store_true", help="also profile prepare")
     parser.add_argument("--_child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._child:
@@ -167,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             result: dict[str, object] = {"peak_rss_mb": _peak_rss_mb()}
         elif kind == "bare":
             result = run_bare(Path(path))
+        elif kind == "profile":
+            result = run_profile(Path(path), Path(out))
         else:
             result = run_prepare(Path(path), Path(out))
         print(json.dumps(result))
@@ -175,23 +147,28 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-prepare-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        raw = work / "train.txt"
-        start = time.perf_counter()
-        _child("generate", raw, Path(str(args.rows)))  # in a child: the parent stays small
-        print(
-            f"generated {args.rows:,} rows, {raw.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - start:.1f}s"
-        )
-        raw.read_bytes()  # into the page cache, for both contenders
+        raw = Path(args.raw) if args.raw else work / "train.txt"
+        if not args.raw:
+            start = time.perf_counter()
+            _child("generate", raw, Path(str(args.rows)))  # in a child: the parent stays small
+            print(
+                f"generated {args.rows:,} rows, {raw.stat().st_size / 1e6:.0f} MB in "
+                f"{time.perf_counter() - start:.1f}s"
+            )
+        with raw.open("rb") as handle:  # into the page cache, for both contenders
+            while handle.read(64 << 20):
+                pass
         bare = _child("bare", raw, work / "prepared")
         prepared = _child("prepare", raw, work / "prepared")
+        rows = int(bare["rows"])
         ratio = float(prepared["seconds"]) / float(bare["seconds"])
         size_mb = raw.stat().st_size / 1e6
         print(
-            f"bare pyarrow.csv.read_csv: {bare['seconds']:.2f}s ({args.rows / float(bare['seconds']):,.0f} rows/s, "
+            f"bare pyarrow.csv.{bare['mode']}: {bare['seconds']:.2f}s ({rows / float(bare['seconds']):,.0f} rows/s, "
             f"{size_mb / float(bare['seconds']):.0f} MB/s, peak RSS {bare['peak_rss_mb']} MB)"
         )
         print(
-            f"prepare criteo-kaggle:     {prepared['seconds']:.2f}s ({args.rows / float(prepared['seconds']):,.0f} "
+            f"prepare criteo-kaggle:     {prepared['seconds']:.2f}s ({rows / float(prepared['seconds']):,.0f} "
             f"rows/s, {size_mb / float(prepared['seconds']):.0f} MB/s, peak RSS {prepared['peak_rss_mb']} MB)"
         )
         print(f"ratio prepare / bare: {ratio:.2f} (target <= 3)")
@@ -199,9 +176,13 @@ def main(argv: list[str] | None = None) -> int:
 
         report = {
             "benchmark": "prepare",
-            "rows": args.rows,
+            "rows": rows,
+            "bare_rows_per_s": round(rows / float(bare["seconds"])),
+            "prepare_rows_per_s": round(rows / float(prepared["seconds"])),
+            "target_rows_per_s": 400_000,
             "file_bytes": raw.stat().st_size,
             "bare_parse_s": round(float(bare["seconds"]), 3),
+            "bare_mode": bare["mode"],
             "prepare_s": round(float(prepared["seconds"]), 3),
             "ratio": round(ratio, 3),
             "target_ratio": 3.0,
@@ -221,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
             },
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        if args.profile:
+            shutil.rmtree(work / "prepared", ignore_errors=True)
+            profile = _child("profile", raw, work / "prepared")["profile"]
+            print("\nprepare, by cumulative time:\n" + profile["cumulative"])
+            print("prepare, by own time:\n" + profile["tottime"])
+            report["profile"] = profile
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")

@@ -25,6 +25,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+# isort: off
+import suite  # noqa: F401  first: sets OMP_WAIT_POLICY before torch loads libgomp
+
+# isort: on
 import numpy as np
 import torch
 from torch import nn

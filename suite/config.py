@@ -164,6 +164,9 @@ class TrainConfig(Frozen):
     checkpoint: Literal["best", "final"] = "best"
     shuffle: bool = True
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's")
+    compile: bool = Field(
+        False, description="torch.compile (Inductor) the backbone; same numbers within float noise"
+    )
     progress: bool = True
     checkpoint_every: int | str | None = Field(
         None, description="write a checkpoint every N steps, or every 30s / 5m / 1h of training"
@@ -223,6 +226,8 @@ class RunConfig(Frozen):
             data["dataset"].pop(key, None)
         for key in ("progress", "checkpoint_every", "checkpoint_dir"):  # same result either way
             data["train"].pop(key, None)
+        if not self.train.compile:  # eager: hashes stay those of runs before the switch
+            data["train"].pop("compile", None)
         if self.comm == CommConfig():  # no codec: hashes stay those of runs before codecs
             data.pop("comm", None)
         return data

@@ -52,7 +52,11 @@ def build_model(config: RunConfig, data: PreparedDataset) -> RecModel:
     backbone = backbone_cls(
         schema.num_dense, schema.num_sparse, embedding.dim, config.model.typed_options()
     )
-    return RecModel(embedding, backbone.to(device), payload_codec(config, data))
+    backbone = backbone.to(device)
+    if config.train.compile:
+        # in place (nn.Module.compile): state_dict keys and checkpoints stay those of eager
+        backbone.compile()
+    return RecModel(embedding, backbone, payload_codec(config, data))
 
 
 def payload_codec(config: RunConfig, data: PreparedDataset) -> CommCodec | None:
