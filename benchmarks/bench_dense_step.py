@@ -61,7 +61,7 @@ def child(sets: list[str], batches: list[int], seconds: float) -> dict:
     from suite.data.loader import BatchLoader
     from suite.data.source import get_prepared
     from suite.engine.build import build_model
-    from suite.engine.train import make_optimizers
+    from suite.engine.train import make_dense_optimizer
     from suite.tasks.throughput import measure_training
 
     config = build_config(
@@ -73,14 +73,12 @@ def child(sets: list[str], batches: list[int], seconds: float) -> dict:
     out: dict = {"openmp": {k: os.environ.get(k) for k in OPENMP}, "batches": {}}
     for size in batches:
         model = build_model(config, data)
-        dense_opt, sparse_opt = make_optimizers(model, config.train)
+        dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
         loader = BatchLoader(data.split("train"), size, shuffle=True, seed=config.seed)
         # the first steps (compilation, if any) apart from the steady window
-        first, _ = measure_training(
-            model, loader, dense_opt, sparse_opt, torch.device("cpu"), 0, 3, None
-        )
+        first, _ = measure_training(model, loader, dense_opt, torch.device("cpu"), 0, 3, None)
         window, loss = measure_training(
-            model, loader, dense_opt, sparse_opt, torch.device("cpu"), 2, None, seconds
+            model, loader, dense_opt, torch.device("cpu"), 2, None, seconds
         )
         out["batches"][str(size)] = {
             "samples_per_s": window.samples_per_second,

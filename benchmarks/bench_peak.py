@@ -50,7 +50,7 @@ from suite.data.loader import BatchLoader  # noqa: E402
 from suite.data.prepared import PreparedDataset  # noqa: E402
 from suite.data.source import get_prepared  # noqa: E402
 from suite.engine.build import build_model, seed_everything  # noqa: E402
-from suite.engine.train import make_optimizers, train_step  # noqa: E402
+from suite.engine.train import make_dense_optimizer, train_step  # noqa: E402
 from suite.models.base import RecModel, training_flops  # noqa: E402
 from suite.stats import mean_ci  # noqa: E402
 from suite.tasks.throughput import Window, cycle, measure_loader, timed_window  # noqa: E402
@@ -88,16 +88,16 @@ def gemm_peak(model: RecModel, batch: int) -> dict:
 
 def profiled_gemm_rate(model: RecModel, config: RunConfig, data: PreparedDataset, batch: int):
     """FLOPs and own time of the step's GEMMs, from the profiler over a few real steps."""
-    dense_opt, sparse_opt = make_optimizers(model, config.train)
+    dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
     batches = cycle(BatchLoader(data.split("train"), batch, shuffle=True, seed=1))
-    for _ in range(3):
-        train_step(model, next(batches), dense_opt, sparse_opt)
+    for step in range(1, 4):
+        train_step(model, next(batches), dense_opt, step)
     steps = 20 if batch < 1024 else 5
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True
     ) as prof:
-        for _ in range(steps):
-            train_step(model, next(batches), dense_opt, sparse_opt)
+        for step in range(4, 4 + steps):
+            train_step(model, next(batches), dense_opt, step)
     events = [e for e in prof.key_averages() if e.key in GEMMS]
     total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
     flops = sum(e.flops for e in events)
@@ -113,12 +113,16 @@ def profiled_gemm_rate(model: RecModel, config: RunConfig, data: PreparedDataset
 
 def measure_suite(config: RunConfig, data: PreparedDataset, batch: int, seconds: float) -> Window:
     model = build_model(config, data)
-    dense_opt, sparse_opt = make_optimizers(model, config.train)
+    dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
     batches = cycle(BatchLoader(data.split("train"), batch, shuffle=True, seed=config.seed))
 
+    step = 0
+
     def one() -> int:
+        nonlocal step
+        step += 1
         b = next(batches)
-        train_step(model, b, dense_opt, sparse_opt)
+        train_step(model, b, dense_opt, step)
         return len(b)
 
     return timed_window(one, torch.device("cpu"), 3, None, seconds)
