@@ -19,10 +19,9 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from suite.config import DatasetSpec, format_validation_error, stable_hash
-from suite.errors import SuiteError
+from suite.config import DatasetSpec, stable_hash
 from suite.fileio import write_text_atomic
-from suite.leaderboard.schema import MAX_FILE_BYTES, Hash16, Name, Sha256, read_text_limited
+from suite.leaderboard.schema import Hash16, Name, Sha256, load_yaml_model
 
 REGISTRY_VERSION = 1
 HEADER = (
@@ -65,17 +64,8 @@ class FingerprintRegistry:
     @classmethod
     def load(cls, path: Path) -> FingerprintRegistry:
         """Read the registry (an absent file is an empty registry); errors name the file."""
-        if not path.exists():
-            return cls()
-        text = read_text_limited(path, MAX_FILE_BYTES)
-        try:
-            raw = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise SuiteError(f"{path}: malformed YAML ({exc})") from None
-        try:
-            return cls(RegistryFile.model_validate(raw))
-        except ValidationError as exc:
-            raise SuiteError(f"{path}: {format_validation_error(exc)}") from None
+        data = load_yaml_model(path, RegistryFile)
+        return cls() if data is None else cls(data)
 
     def lookup(
         self, dataset: str, protocol: str, options: dict[str, Any]

@@ -19,11 +19,20 @@ import json
 import re
 import unicodedata
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
+from suite.config import format_validation_error
 from suite.errors import SuiteError
 
 SCHEMA_VERSION = 1
@@ -266,3 +275,22 @@ def read_json_file(path: Path, limit: int = MAX_FILE_BYTES) -> Any:
         ) from None
     except ValueError as exc:
         raise SubmissionFileError(path, f"invalid JSON ({exc})") from None
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def load_yaml_model(path: Path, model: type[ModelT]) -> ModelT | None:
+    """A leaderboard YAML file (at most :data:`MAX_FILE_BYTES`) validated as ``model``;
+    ``None`` when the file is absent. Errors are one line naming the file."""
+    if not path.exists():
+        return None
+    text = read_text_limited(path, MAX_FILE_BYTES)
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise SuiteError(f"{path}: malformed YAML ({exc})") from None
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise SuiteError(f"{path}: {format_validation_error(exc)}") from None

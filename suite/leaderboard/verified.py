@@ -15,18 +15,15 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from suite.config import format_validation_error
-from suite.errors import SuiteError
 from suite.fileio import write_text_atomic
 from suite.leaderboard.schema import (
     FILENAME_PATTERN,
-    MAX_FILE_BYTES,
     Commit,
     LongText,
     Version,
-    read_text_limited,
+    load_yaml_model,
 )
 
 VERIFICATIONS = "verifications.yaml"
@@ -69,17 +66,8 @@ class Verifications:
     @classmethod
     def load(cls, path: Path) -> Verifications:
         """Read the record (an absent file is an empty record); errors name the file."""
-        if not path.exists():
-            return cls()
-        text = read_text_limited(path, MAX_FILE_BYTES)
-        try:
-            raw = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise SuiteError(f"{path}: malformed YAML ({exc})") from None
-        try:
-            return cls(VerificationFile.model_validate(raw))
-        except ValidationError as exc:
-            raise SuiteError(f"{path}: {format_validation_error(exc)}") from None
+        data = load_yaml_model(path, VerificationFile)
+        return cls() if data is None else cls(data)
 
     def of(self, file: str) -> list[Verification]:
         return list(self.data.verified.get(Path(file).name, []))
