@@ -68,6 +68,7 @@ class AccuracyTask(Task):
     """Train for the budget; report val/test AUC and log loss of the chosen checkpoint."""
 
     metrics = ACCURACY_METRICS
+    distributed = True
 
     def run(self, ctx: RunContext) -> TaskOutput:
         return train_and_evaluate(ctx)[1]
@@ -87,13 +88,13 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         on_train_metrics=ctx.log_metrics,
         on_validation=ctx.on_validation,
         checkpoints=ctx.checkpoints,
+        parallel=ctx.parallel,
     )
-    progress = cfg.train.progress
-    val = evaluate(
-        model, ctx.data.split("val"), cfg.train.eval_batch_size, ctx.device, progress, "val"
-    )
+    progress = cfg.train.progress and (ctx.parallel is None or ctx.parallel.leader)
+    batch = cfg.train.eval_batch_size
+    val = evaluate(model, ctx.data.split("val"), batch, ctx.device, progress, "val", ctx.parallel)
     test = evaluate(
-        model, ctx.data.split("test"), cfg.train.eval_batch_size, ctx.device, progress, "test"
+        model, ctx.data.split("test"), batch, ctx.device, progress, "test", ctx.parallel
     )
     memory = model.embedding.memory()
     metrics = {
@@ -127,4 +128,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "test_pred_ctr": test["pred_ctr"],
         "test_ctr": test["ctr"],
     }
+    if ctx.parallel is not None:
+        details["world_size"] = ctx.parallel.world
+        details["sharding_plan"] = model.plan  # type: ignore[attr-defined]
     return model, TaskOutput(metrics, higher, details)
