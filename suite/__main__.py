@@ -2,4 +2,5 @@
 
 from suite.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not when a spawned child process re-imports this module
+    raise SystemExit(main())

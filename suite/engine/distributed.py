@@ -6,9 +6,10 @@ A composed embedding method (transform -> physical tables -> combine: ``full``, 
 ``qr``, ``mixed_dim``) keeps its transform and combine on every rank; its physical tables
 become one TorchRec ``EmbeddingBagCollection`` that DMP shards. The sharded run computes
 what the one-process run computes: each rank takes an equal slice of every global batch,
-its loss is scaled so that DDP's average of the dense gradients and the all-to-all's sum
-of the embedding gradients are those of the global batch's mean loss, and the tables
-start from the same values and use the same fused optimizer.
+its loss is its share of the global batch's mean loss times ``world``, so that DDP's
+average of the dense gradients, and the embedding gradients TorchRec's all-to-all sends
+back divided by ``world`` (its default gradient division), are the global batch's; the
+tables start from the same values and use the same fused optimizer.
 """
 
 from __future__ import annotations
@@ -128,19 +129,6 @@ def _quiet_torchrec() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; backward multiplies the gradient by ``scale``."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
-        return grad * ctx.scale, None
-
-
 def table_names(method: ComposedEmbedding, features: list[str]) -> list[str]:
     """One name per physical table: the feature's when a table is a feature's only table,
     else ``<feature>.<k>`` (``k`` counting that feature's tables)."""
@@ -164,8 +152,7 @@ class ShardedEmbedding(EmbeddingMethod):
 
     ``forward(sparse [B, F]) -> [B, F, dim]``: the method's transform gives ``ids [B, T]``,
     the collection looks up one row per table and sample (a ``KeyedJaggedTensor`` of
-    lengths 1), the method's combine makes ``[B, F, dim]``. The pooled rows' gradient is
-    scaled by ``grad_scale`` (``[sum(dims)]``, per column) on its way back to the tables.
+    lengths 1), the method's combine makes ``[B, F, dim]``.
     """
 
     def __init__(self, source: ComposedEmbedding, names: list[str]) -> None:
@@ -181,7 +168,6 @@ class ShardedEmbedding(EmbeddingMethod):
             )
         self.dim = source.dim
         self.names = names
-        self.grad_scale: torch.Tensor | None = None
         self.transform = source.transform
         self.combine = source.combine
         self.source_memory = source.memory()
@@ -213,8 +199,6 @@ class ShardedEmbedding(EmbeddingMethod):
         else:  # a sharded collection groups its outputs by sharding type
             by_name = pooled.to_dict()
             rows = torch.cat([by_name[name] for name in self.names], dim=1)
-        if self.grad_scale is not None:
-            rows = _ScaleGrad.apply(rows, self.grad_scale)
         return self.combine(rows)
 
     def memory(self) -> EmbeddingBytes:
@@ -435,6 +419,9 @@ def shard_model(
     sharded = ShardedEmbedding(model.embedding, names)
     model.embedding = sharded
     device = next(model.backbone.parameters()).device
+    from torchrec.distributed.comm_ops import set_gradient_division
+
+    set_gradient_division(True)  # what the loss scaling above relies on (TorchRec's default)
     _optimizer_in_backward(sharded.ebc, config)
     sharder = _sharder()
     planner = EmbeddingShardingPlanner(
@@ -452,10 +439,6 @@ def shard_model(
     )
     _copy_initial_values(dmp, names, initial)
     del initial
-    # A rank's loss is its share of the global batch's mean loss. DDP averages the dense
-    # part's gradients over ranks; a sharded table receives every rank's gradient and sums
-    # them: 1/world puts it right.
-    sharded.grad_scale = torch.tensor(1.0 / parallel.world, device=device)
     opt = {"rowwise_adagrad": lambda n, d: n, "adagrad": lambda n, d: n * d, "sgd": lambda n, d: 0}
     floats = [opt[config.train.sparse_optimizer](n, d) for n, d in zip(rows, dims, strict=True)]
     summary = _plan_summary(plan, names, rows, dims, parallel.world, planner, floats)

@@ -1,0 +1,159 @@
+"""Distributed runs on TorchRec: real ``torchrun`` ranks over gloo on CPU, real DMP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from suite.data.loader import BatchLoader
+from suite.data.prepared import SplitArrays
+from suite.engine.distributed import Parallel, constraints
+from suite.errors import ConfigError
+from suite.runs.launch import torchrun_command, without_nproc
+from suite.runs.single import check_distributed, execute
+from tests.conftest import tiny_config, tracking_uri
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("torchrec", reason="distributed runs need torchrec (nox installs it)")
+
+
+def _split(rows: int) -> SplitArrays:
+    rng = np.random.default_rng(0)
+    return SplitArrays(
+        dense=rng.random((rows, 2), dtype=np.float32),
+        sparse=np.arange(rows, dtype=np.int64)[:, None] * np.ones((1, 3), dtype=np.int64),
+        label=(rng.random(rows) < 0.3).astype(np.float32),
+    )
+
+
+@pytest.mark.parametrize("rows,batch,world", [(103, 16, 2), (50, 7, 3), (5, 4, 2), (1, 8, 4)])
+def test_ranks_parts_make_up_each_global_batch(rows: int, batch: int, world: int) -> None:
+    split = _split(rows)
+    whole = list(BatchLoader(split, batch, shuffle=True, seed=3))
+    parts = [list(BatchLoader(split, batch, True, 3, part=(r, world))) for r in range(world)]
+    for b, full in enumerate(whole):
+        shapes = {len(parts[r][b]) for r in range(world)}
+        assert len(shapes) == 1, "every rank's part of a batch has one shape"
+        real = [parts[r][b].sparse[parts[r][b].weight > 0] for r in range(world)]
+        assert torch.equal(torch.cat(real), full.sparse)
+        assert all(parts[r][b].loss_norm == len(full) / world for r in range(world))
+        assert sum(parts[r][b].rows for r in range(world)) == len(full)
+        sizes = Parallel(0, world).part_sizes(len(full))
+        assert [parts[r][b].rows for r in range(world)] == sizes
+
+
+def test_torchrun_command_drops_the_flag_and_keeps_the_rest() -> None:
+    argv = ["run", "--nproc-per-node", "2", "--set", "a=1", "--nproc-per-node=3", "--quiet"]
+    assert without_nproc(argv) == ["run", "--set", "a=1", "--quiet"]
+    command = torchrun_command(argv, 2)
+    assert command[1:3] == ["-m", "torch.distributed.run"]
+    assert "--nproc-per-node=2" in command
+    assert command[-4:] == ["run", "--set", "a=1", "--quiet"]
+
+
+def test_unknown_table_in_sharding_override_is_named() -> None:
+    config = tiny_config(overrides=["sharding.tables.C99=row_wise"])
+    with pytest.raises(ConfigError, match=r"sharding\.tables: no table named C99"):
+        constraints(config.sharding, ["C1", "C2"], [16, 16], 2)
+
+
+def test_column_wise_splits_columns_over_the_ranks() -> None:
+    config = tiny_config(overrides=["sharding.default=column_wise"])
+    made = constraints(config.sharding, ["C1"], [16], 2)
+    assert made["C1"].sharding_types == ["column_wise"]
+    assert made["C1"].min_partition == 8
+
+
+def test_tasks_that_run_in_one_process_are_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="task.name=memory runs in one process"):
+        check_distributed(tiny_config(task="memory"), Parallel(0, 2))
+    with pytest.raises(ConfigError, match="train.checkpoint_every"):
+        check_distributed(tiny_config(overrides=["train.checkpoint_every=5"]), Parallel(0, 2))
+
+
+def _distributed(tmp_path: Path, config_path: Path, extra: list[str], out: Path) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+        "RECSUITE_CACHE": os.environ["RECSUITE_CACHE"],
+    }
+    code = "import sys; from suite.cli import main; sys.exit(main())"
+    args = ["run", "--config", str(config_path), "--nproc-per-node", "2", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args, *extra],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _one_process(
+    tmp_path: Path, overrides: list[str], tracking: bool = False
+) -> tuple[Path, float]:
+    config = tiny_config(tracking=tracking, overrides=overrides)
+    path = tmp_path / "config.yaml"
+    path.write_text(config.to_yaml())
+    single = execute(config)
+    return path, single.metrics["test_auc"]
+
+
+def test_two_ranks_reach_the_one_process_auc_and_record_one_run(isolated: Path) -> None:
+    config_path, single_auc = _one_process(isolated, [], tracking=True)
+    uri = tracking_uri(isolated / "dist")
+    out = isolated / "dist.json"
+    results = isolated / "dist-results"
+    stdout = _distributed(
+        isolated,
+        config_path,
+        ["--tracking-uri", uri, "--set", f"tracking.results_dir={results}"],
+        out,
+    )
+    result = json.loads(out.read_text())
+    assert abs(result["metrics"]["test_auc"] - single_auc) <= 1e-3
+    assert result["details"]["world_size"] == 2
+    assert stdout.count("test_auc") == 1, "rank 0 alone prints the result"
+    assert "sharding plan over 2 ranks" in stdout
+    assert len(list(results.rglob("*.json"))) == 1, "rank 0 alone writes results"
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["suite.world_size"] == "2"
+    assert run.data.metrics["test_auc"] == pytest.approx(result["metrics"]["test_auc"])
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"sharding_plan.txt", "sharding_plan.json"} <= artifacts
+
+
+def test_row_wise_and_column_wise_plans_run(isolated: Path) -> None:
+    # element-wise Adagrad: a column shard's update is the whole row's (row-wise Adagrad
+    # keeps one accumulator per row per column shard, a different optimizer)
+    overrides = [
+        "sharding.default=row_wise",
+        "sharding.tables.C2=column_wise",
+        "train.sparse_optimizer=adagrad",
+    ]
+    config_path, single_auc = _one_process(isolated, overrides)
+    out = isolated / "dist.json"
+    _distributed(isolated, config_path, ["--no-tracking"], out)
+    result = json.loads(out.read_text())
+    plan = {t["table"]: t for t in result["details"]["sharding_plan"]["tables"]}
+    assert plan["C2"]["type"] == "column_wise" and plan["C2"]["ranks"] == [0, 1]
+    row_wise = [t for name, t in plan.items() if name != "C2"]
+    assert {t["type"] for t in row_wise} == {"row_wise"}
+    assert all(t["ranks"] == [0, 1] for t in row_wise)
+    assert abs(result["metrics"]["test_auc"] - single_auc) <= 1e-3
