@@ -19,7 +19,7 @@ from suite.engine.checkpoint import remove_checkpoints, run_checkpoints
 from suite.environment import environment
 from suite.errors import SuiteError
 from suite.models.base import RecModel
-from suite.results import TaskResult, now_iso
+from suite.results import ARRAYS_DETAIL, TaskResult, now_iso, write_arrays
 from suite.runs.checks import check_memory, check_output_path
 from suite.runs.signals import interruptible, interruption
 from suite.tasks.base import RunContext, Task
@@ -235,6 +235,10 @@ def _run(
     output = task.run(ctx)
     final_step = int(output.details.get("steps", last_step) or last_step)
     _check_finite(config, output.metrics, final_step)
+    path = result_path(config, data.fingerprint)
+    details = dict(output.details)
+    if output.arrays:
+        details[ARRAYS_DETAIL] = write_arrays(path, output.arrays)
     result = TaskResult(
         task=config.task.name,
         model=config.model.name,
@@ -247,14 +251,14 @@ def _run(
         data_fingerprint=data.fingerprint,
         metrics=output.metrics,
         higher_is_better=task.higher_is_better(output),
-        details=output.details,
+        details=details,
         environment=env,
         mlflow_run_id=tracker.run_id if tracker else None,
         mlflow_tracking_uri=tracker.uri if tracker else None,
         created=now_iso(),
         duration_s=round(time.perf_counter() - started, 3),
     )
-    result.write(result_path(config, data.fingerprint))
+    result.write(path)
     if out:
         result.write(out)
     if tracker:
@@ -262,6 +266,11 @@ def _run(
         tracker.log_metrics(output.metrics, final_step)
         tracker.log_text(result.model_dump_json(indent=2), "result.json")
         tracker.log_text(_json(env), "environment.json")
+        if ARRAYS_DETAIL in details:
+            arrays_file = details[ARRAYS_DETAIL]["file"]
+            tracker.call(
+                "log its arrays", lambda: tracker.client.log_artifact(tracker.run_id, arrays_file)
+            )
         if ctx.model is not None:
             from suite.runs.model_log import log_model
 
