@@ -222,7 +222,12 @@ def render_report(
         "whole interval lies on the claimed side of the margin; `does not hold`: wholly on the "
         "other side; `inconclusive`: the interval straddles it; `not measurable`: no interval "
         "(missing figure, or a fit that fails its quality gate). The p-value is that of a "
-        "zero difference (paired t-test; bootstrap for scaling claims). On one machine and "
+        "zero difference (paired t-test; bootstrap for scaling claims). A comparison of two "
+        "runs' test AUCs also shows DeLong's p of equal AUCs on each seed's test set (both "
+        "runs scored the same examples): how each seed's difference compares with the test "
+        "set's sampling noise; the verdict rests on the spread over seeds. Claims on timings "
+        "(machine-dependent figures) are judged in the Timings section and counted there. "
+        "On one machine and "
         "thread count every figure is bit-identical when rerun; another CPU model may move "
         "the last digits (fbgemm and oneDNN pick different SIMD kernels).",
         "",
