@@ -52,7 +52,11 @@ def test_accuracy_keeps_its_test_predictions_beside_the_result(tmp_path: Path) -
 
 def test_a_result_without_its_arrays_file_has_no_predictions(tmp_path: Path) -> None:
     config = tiny_config(overrides=["train.max_steps=5"])
+    skipped = execute(config.with_overrides({"tracking.keep_arrays": False}))
+    assert "arrays" not in skipped.details and read_arrays(skipped) is None
+    assert not list(Path(config.tracking.results_dir).rglob("*.npz"))
     result = execute(config)
+    assert result.config_hash == skipped.config_hash  # where the arrays go is no identity
     Path(result.details["arrays"]["file"]).unlink()
     assert read_arrays(result) is None
     del result.details["arrays"]

@@ -265,7 +265,11 @@ def reproduce(
             for seed in seeds:
                 bar.set_postfix_str(f"{entry.roles[0]} seed {seed}")
                 config = entry.config.with_overrides(
-                    {"seed": seed, "tracking.run_name": f"{entry.roles[0]} seed {seed}"}
+                    {
+                        "seed": seed,
+                        "tracking.run_name": f"{entry.roles[0]} seed {seed}",
+                        "tracking.keep_arrays": True,  # DeLong's test reads the predictions
+                    }
                 )
                 tags = {
                     "suite.papers": ",".join(

@@ -237,7 +237,7 @@ def _run(
     _check_finite(config, output.metrics, final_step)
     path = result_path(config, data.fingerprint)
     details = dict(output.details)
-    if output.arrays:
+    if output.arrays and config.tracking.keep_arrays:
         details[ARRAYS_DETAIL] = write_arrays(path, output.arrays)
     result = TaskResult(
         task=config.task.name,
