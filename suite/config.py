@@ -193,6 +193,26 @@ class CommConfig(Frozen):
     zlib_level: int = Field(1, ge=0, le=9, description="lossy: zlib level of the codes")
 
 
+ShardingType = Literal[
+    "auto",
+    "table_wise",
+    "row_wise",
+    "column_wise",
+    "table_row_wise",
+    "table_column_wise",
+]
+
+
+class ShardingConfig(Frozen):
+    """How a distributed run (``--nproc-per-node``, ``torchrun``) shards its embedding
+    tables: TorchRec's planner chooses among the allowed types (``auto``: any)."""
+
+    default: ShardingType = Field("auto", description="sharding type of every table")
+    tables: dict[str, ShardingType] = Field(
+        default_factory=dict, description="per-table override: table name -> sharding type"
+    )
+
+
 class TrackingConfig(Frozen):
     """Where the run is recorded; not part of the run's identity."""
 
@@ -222,6 +242,7 @@ class RunConfig(Frozen):
     seed: int = Field(0, ge=0, le=2**32 - 1, description="run seed (numpy takes 0..2**32-1)")
     device: Literal["cpu", "cuda"] = "cpu"
     comm: CommConfig = Field(default_factory=CommConfig)
+    sharding: ShardingConfig = Field(default_factory=ShardingConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     def identity(self) -> dict[str, Any]:
@@ -235,6 +256,8 @@ class RunConfig(Frozen):
             data["train"].pop("compile", None)
         if self.comm == CommConfig():  # no codec: hashes stay those of runs before codecs
             data.pop("comm", None)
+        if self.sharding == ShardingConfig():  # the planner's choice: hashes stay as before
+            data.pop("sharding", None)
         return data
 
     def config_hash(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from suite.commands.common import ConfigDefaultsFormatter, add_run_arguments, config_from_args
 from suite.errors import ConfigError
@@ -27,6 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="continue a killed run of this config from its last checkpoint "
         "(train.checkpoint_every), in the same MLflow run",
     )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        metavar="N",
+        help="train on N processes of this machine under torchrun (TorchRec DMP: tables "
+        "sharded per the config's sharding section, dense part data-parallel)",
+    )
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument(
         "--seeds",
@@ -44,6 +52,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    if args.nproc_per_node is not None and not args.print_config:
+        from suite.engine.distributed import launched_by_torchrun
+
+        if not launched_by_torchrun():
+            if args.nproc_per_node < 1:
+                raise ConfigError(
+                    f"--nproc-per-node: expected 1 or more, got {args.nproc_per_node}"
+                )
+            if args.seeds is not None or args.repeats is not None or args.resume:
+                raise ConfigError(
+                    "--nproc-per-node runs one seed from its start: drop --seeds / --repeats / --resume"
+                )
+            from suite.runs.launch import relaunch
+
+            return relaunch(args.argv, args.nproc_per_node)
     if args.print_config:
         print(config.to_yaml(), end="")
         print(f"# config hash: {config.config_hash()}")
@@ -60,7 +83,8 @@ def handle(args: argparse.Namespace) -> int:
     from suite.runs.single import execute
 
     result = execute(config, out=args.out, resume=args.resume)
-    print_result(result)
+    if os.environ.get("RANK", "0") == "0":  # one printout per distributed run
+        print_result(result)
     return 0
 
 

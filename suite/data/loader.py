@@ -16,6 +16,11 @@ class BatchLoader:
 
     With ``shuffle``, epoch ``e`` visits rows in the order of a permutation drawn from
     ``seed`` and ``e``, so a run's batches are the same every time.
+
+    With ``part=(rank, world)``, each global batch is cut into ``world`` equal parts and
+    only part ``rank`` is read (a distributed run's rank); parts of a short last batch are
+    padded with weight-0 rows, and every part carries ``loss_norm = rows / world`` of its
+    global batch (see :class:`~suite.data.batch.Batch`).
     """
 
     def __init__(
@@ -25,6 +30,7 @@ class BatchLoader:
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
+        part: tuple[int, int] | None = None,
     ) -> None:
         self.split = split
         self.batch_size = batch_size
@@ -32,6 +38,7 @@ class BatchLoader:
         self.seed = seed
         self.drop_last = drop_last
         self.epoch = 0
+        self.part = part
 
     def __len__(self) -> int:
         n = len(self.split)
@@ -52,8 +59,28 @@ class BatchLoader:
         for b in range(first, len(self)):
             start, stop = b * self.batch_size, min((b + 1) * self.batch_size, n)
             rows = np.sort(order[start:stop]) if order is not None else slice(start, stop)
+            if self.part is not None:
+                yield self._part_of(rows if order is not None else np.arange(start, stop))
+                continue
             yield Batch(
                 dense=torch.from_numpy(np.array(self.split.dense[rows], dtype=np.float32)),
                 sparse=torch.from_numpy(np.array(self.split.sparse[rows], dtype=np.int64)),
                 label=torch.from_numpy(np.array(self.split.label[rows], dtype=np.float32)),
             )
+
+    def _part_of(self, rows: np.ndarray) -> Batch:
+        rank, world = self.part  # type: ignore[misc]
+        size = -(-len(rows) // world)
+        mine = rows[rank * size : (rank + 1) * size]
+        real = len(mine)
+        if real < size:  # pad with a real row (weight 0) so every rank's part has one shape
+            mine = np.concatenate([mine, np.full(size - real, rows[0], dtype=rows.dtype)])
+        weight = torch.zeros(size, dtype=torch.float32)
+        weight[:real] = 1.0
+        return Batch(
+            dense=torch.from_numpy(np.array(self.split.dense[mine], dtype=np.float32)),
+            sparse=torch.from_numpy(np.array(self.split.sparse[mine], dtype=np.int64)),
+            label=torch.from_numpy(np.array(self.split.label[mine], dtype=np.float32)),
+            weight=weight,
+            loss_norm=len(rows) / world,
+        )

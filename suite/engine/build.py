@@ -12,6 +12,7 @@ from suite.config import RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.embeddings.base import EmbeddingContext
 from suite.engine.comm_codec import CommCodec
+from suite.engine.distributed import Parallel
 from suite.errors import ConfigError
 from suite.models.base import RecModel
 
@@ -33,8 +34,12 @@ def seed_everything(seed: int, threads: int | None = None) -> None:
         torch.set_num_threads(threads)
 
 
-def build_model(config: RunConfig, data: PreparedDataset) -> RecModel:
-    """The config's embedding method and backbone, seeded from ``config.seed``."""
+def build_model(
+    config: RunConfig, data: PreparedDataset, parallel: Parallel | None = None
+) -> RecModel:
+    """The config's embedding method and backbone, seeded from ``config.seed``; with
+    ``parallel``, its tables sharded over the job's ranks (a
+    :class:`~suite.engine.distributed.ShardedRecModel` with the same interface)."""
     device = resolve_device(config.device)
     seed_everything(config.seed, config.train.threads)
     schema = data.schema
@@ -56,7 +61,12 @@ def build_model(config: RunConfig, data: PreparedDataset) -> RecModel:
     if config.train.compile:
         # in place (nn.Module.compile): state_dict keys and checkpoints stay those of eager
         backbone.compile()
-    return RecModel(embedding, backbone, payload_codec(config, data))
+    model = RecModel(embedding, backbone, payload_codec(config, data))
+    if parallel is not None:
+        from suite.engine.distributed import shard_model
+
+        return shard_model(model, config, parallel, schema.sparse)  # type: ignore[return-value]
+    return model
 
 
 def payload_codec(config: RunConfig, data: PreparedDataset) -> CommCodec | None:

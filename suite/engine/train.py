@@ -16,6 +16,8 @@ from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
 from suite.engine.checkpoint import Checkpointer, LoopState
+from suite.engine.distributed import Parallel, restore, snapshot
+from suite.errors import ConfigError
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 from suite.progress import progress_bar
@@ -69,7 +71,15 @@ def train_step(
     sparse update and hooks (:meth:`EmbeddingMethod.after_step`). Returns the loss tensor
     (not synchronized)."""
     logits = model(batch.dense, batch.sparse)
-    loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.label)
+    if batch.loss_norm is None:
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.label)
+    else:  # a rank's part: its share of the global batch's mean loss
+        loss = (
+            nn.functional.binary_cross_entropy_with_logits(
+                logits, batch.label, weight=batch.weight, reduction="sum"
+            )
+            / batch.loss_norm
+        )
     if dense_opt:
         dense_opt.zero_grad(set_to_none=True)
     loss.backward()  # fused fbgemm tables update themselves here
@@ -87,19 +97,29 @@ def predict(
     device: torch.device,
     progress: bool = False,
     desc: str = "eval",
+    parallel: Parallel | None = None,
 ) -> np.ndarray:
-    """Logits ``[N]`` for every row of ``split``, in order."""
+    """Logits ``[N]`` for every row of ``split``, in order. With ``parallel``, each rank
+    predicts its part of the rows and every rank gets all ``N`` logits."""
     was_training = model.training
     model.eval()
-    out = np.empty(len(split), dtype=np.float32)
-    start = 0
-    loader = BatchLoader(split, batch_size)
+    if parallel is None:
+        out = np.empty(len(split), dtype=np.float32)
+        start = 0
+        loader = BatchLoader(split, batch_size)
+    else:  # a sharded lookup is collective: every rank runs as many batches of one shape
+        out = np.empty(len(split) * parallel.world, dtype=np.float32)
+        start = 0
+        loader = BatchLoader(split, batch_size * parallel.world, part=parallel.astuple())
     for batch in progress_bar(loader, desc=desc, enabled=progress, leave=False, unit="batch"):
         batch = batch.to(device)
         logits = model(batch.dense, batch.sparse)
-        out[start : start + len(batch)] = logits.float().cpu().numpy()
-        start += len(batch)
+        real = batch.rows
+        out[start : start + real] = logits[:real].float().cpu().numpy()
+        start += real
     model.train(was_training)
+    if parallel is not None:
+        return parallel.gather_parts(out[:start], len(split), batch_size * parallel.world)
     return out
 
 
@@ -110,9 +130,10 @@ def evaluate(
     device: torch.device,
     progress: bool = False,
     desc: str = "eval",
+    parallel: Parallel | None = None,
 ) -> dict[str, float]:
-    """Exact AUC and log loss over the whole split."""
-    logits = predict(model, split, batch_size, device, progress, desc)
+    """Exact AUC and log loss over the whole split (gathered from every rank)."""
+    logits = predict(model, split, batch_size, device, progress, desc, parallel)
     return binary_metrics(np.asarray(split.label), logits)
 
 
@@ -125,6 +146,7 @@ def train(
     on_train_metrics: MetricsCallback | None = None,
     on_validation: MetricsCallback | None = None,
     checkpoints: Checkpointer | list[Checkpointer] | None = None,
+    parallel: Parallel | None = None,
 ) -> TrainOutcome:
     """Train on ``data``'s train split; validate at each epoch end (and every
     ``eval_every_steps``); leave ``model`` holding the checkpoint the config asks for.
@@ -135,33 +157,52 @@ def train(
     Several checkpointers write side by side (the ``checkpoint`` task compares kinds).
 
     ``on_validation(metrics, step)`` may raise to stop training (e.g. an Optuna prune).
+
+    With ``parallel`` (a rank of a distributed run, ``model`` sharded by
+    :func:`suite.engine.distributed.shard_model`), the rank trains on its part of every
+    global batch; losses and validation metrics are those of the whole batch and split,
+    the same on every rank, and only the leader shows progress.
     """
     cfg = train_config
-    loader = BatchLoader(data.split("train"), cfg.batch_size, shuffle=cfg.shuffle, seed=seed)
+    loader = BatchLoader(
+        data.split("train"),
+        cfg.batch_size,
+        shuffle=cfg.shuffle,
+        seed=seed,
+        part=parallel.astuple() if parallel else None,
+    )
     dense_opt = make_dense_optimizer(model.dense_parameters(), cfg)
     total = min(cfg.max_steps or 10**18, cfg.epochs * len(loader))
     val_split = data.split("val")
     log_every = max(1, min(50, total // 20))
 
     writers = [checkpoints] if isinstance(checkpoints, Checkpointer) else list(checkpoints or [])
+    if parallel and writers:
+        raise ConfigError(
+            "train.checkpoint_every: distributed runs do not write checkpoints yet (drop it)"
+        )
     for writer in writers:
         writer.start(model)
     state = (writers[0].restore(model, dense_opt) if writers else None) or LoopState()
     checkpoint_seconds = 0.0
 
     def validate() -> None:
-        metrics = evaluate(model, val_split, cfg.eval_batch_size, device)
+        metrics = evaluate(model, val_split, cfg.eval_batch_size, device, parallel=parallel)
         record = {"step": float(state.step), **{f"val_{k}": v for k, v in metrics.items()}}
         state.history.append(record)
         if on_validation:
             on_validation({f"val_{k}": v for k, v in metrics.items()}, state.step)
         if cfg.checkpoint == "best" and metrics["auc"] > state.best_auc:
             state.best_auc, state.best_step = metrics["auc"], state.step
-            state.best = copy.deepcopy(model.state_dict())
+            state.best = snapshot(model) if parallel else copy.deepcopy(model.state_dict())
 
     model.train()
     bar = progress_bar(
-        total=total, initial=state.step, desc="train", unit="step", enabled=cfg.progress
+        total=total,
+        initial=state.step,
+        desc="train",
+        unit="step",
+        enabled=cfg.progress and (parallel is None or parallel.leader),
     )
     for epoch in range(state.epoch, cfg.epochs):
         if epoch != state.epoch:
@@ -180,6 +221,8 @@ def train(
             state.loss_count += 1
             bar.update(1)
             if state.step % log_every == 0 or state.step == total:
+                if parallel:  # each rank's loss is its share of the batch's mean loss
+                    state.loss_sum = parallel.sum([state.loss_sum])[0]
                 bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}")
                 if on_train_metrics:
                     on_train_metrics(
@@ -210,7 +253,10 @@ def train(
 
     checkpoint_step = state.step
     if cfg.checkpoint == "best" and state.best is not None:
-        model.load_state_dict(state.best)
+        if parallel:
+            restore(model, state.best)
+        else:
+            model.load_state_dict(state.best)
         checkpoint_step = state.best_step
     return TrainOutcome(
         state.step,

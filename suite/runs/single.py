@@ -16,8 +16,9 @@ from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
 from suite.engine.checkpoint import remove_checkpoints, run_checkpoints
+from suite.engine.distributed import Parallel, join_process_group, leave_process_group
 from suite.environment import environment
-from suite.errors import SuiteError
+from suite.errors import ConfigError, SuiteError
 from suite.models.base import RecModel
 from suite.results import ARRAYS_DETAIL, TaskResult, now_iso, write_arrays
 from suite.runs.checks import check_memory, check_output_path
@@ -105,6 +106,25 @@ def log_data_input(tracker: Tracker, config: RunConfig, data: PreparedDataset) -
     )
 
 
+def check_distributed(config: RunConfig, parallel: Parallel) -> None:
+    """What a distributed run cannot do, refused in one line before any work."""
+    task = config.task.registry.get(config.task.name)
+    if not getattr(task, "distributed", False):
+        runs = sorted(
+            n
+            for n in config.task.registry.names()
+            if getattr(config.task.registry.get(n), "distributed", False)
+        )
+        raise ConfigError(
+            f"task.name={config.task.name} runs in one process; distributed runs "
+            f"({parallel.world} ranks) take the tasks: {', '.join(runs)}"
+        )
+    if config.train.checkpoint_every is not None:
+        raise ConfigError(
+            "train.checkpoint_every: distributed runs do not write checkpoints yet (drop it)"
+        )
+
+
 class Diverged(SuiteError):
     """Training produced a non-finite loss."""
 
@@ -146,9 +166,40 @@ def execute(
     ``resume``: continue a killed run from its last checkpoint, in its own MLflow run.
     """
     started = time.perf_counter()
-    device, data, task = preflight(config, {"--out": out})
+    parallel = join_process_group(resolve_device(config.device))
+    try:
+        return _execute(
+            config, out, parent_run_id, extra_tags, on_validation, resume, started, parallel
+        )
+    finally:
+        if parallel is not None:
+            leave_process_group()
+
+
+def _execute(
+    config: RunConfig,
+    out: str | Path | None,
+    parent_run_id: str | None,
+    extra_tags: dict[str, str] | None,
+    on_validation: Callable[[dict[str, float], int], None] | None,
+    resume: bool,
+    started: float,
+    parallel: Parallel | None,
+) -> TaskResult:
+    if parallel is not None:
+        check_distributed(config, parallel)
+        if not parallel.leader:  # rank 0 alone records the run
+            config = config.with_overrides({"tracking.enabled": False})
+            out = None
+        else:  # the leader prepares the data; the others find it prepared
+            device, data, task = preflight(config, {"--out": out})
+        parallel.barrier()
+    if parallel is None or not parallel.leader:
+        device, data, task = preflight(config, {"--out": out})
     seed_everything(config.seed, config.train.threads)
     env = environment(config.device)
+    if parallel is not None:
+        env["world_size"] = parallel.world
     checkpoints = run_checkpoints(config, data.fingerprint, resume)
 
     with interruptible():
@@ -160,6 +211,8 @@ def execute(
         resumed = tracker is not None
         if config.tracking.enabled and tracker is None:
             tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
+            if parallel is not None:
+                tags["suite.world_size"] = str(parallel.world)
             name = (
                 config.tracking.run_name
                 or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}-s{config.seed}"
@@ -182,6 +235,7 @@ def execute(
                 started,
                 checkpoints,
                 resumed,
+                parallel,
             )
             if checkpoints:
                 remove_checkpoints(checkpoints)
@@ -212,6 +266,7 @@ def _run(
     started: float,
     checkpoints: Any,
     resumed: bool,
+    parallel: Parallel | None = None,
 ) -> TaskResult:
     if tracker and not resumed:
         tracker.log_params(flatten(config.identity()))
@@ -231,13 +286,19 @@ def _run(
         if on_validation:
             on_validation(metrics, step)
 
-    ctx = _TrackedContext(config, data, device, log_metrics, validation, checkpoints)
+    ctx = _TrackedContext(config, data, device, log_metrics, validation, checkpoints, parallel)
     output = task.run(ctx)
+    plan = output.details.get("sharding_plan")
+    if plan and (parallel is None or parallel.leader):
+        from suite.engine.distributed import format_plan
+
+        print(format_plan(plan), flush=True)
     final_step = int(output.details.get("steps", last_step) or last_step)
     _check_finite(config, output.metrics, final_step)
     path = result_path(config, data.fingerprint)
     details = dict(output.details)
-    if output.arrays and config.tracking.keep_arrays:
+    leader = parallel is None or parallel.leader
+    if output.arrays and config.tracking.keep_arrays and leader:
         details[ARRAYS_DETAIL] = write_arrays(path, output.arrays)
     result = TaskResult(
         task=config.task.name,
@@ -258,6 +319,8 @@ def _run(
         created=now_iso(),
         duration_s=round(time.perf_counter() - started, 3),
     )
+    if not leader:
+        return result
     result.write(path)
     if out:
         result.write(out)
@@ -271,7 +334,12 @@ def _run(
             tracker.call(
                 "log its arrays", lambda: tracker.client.log_artifact(tracker.run_id, arrays_file)
             )
-        if ctx.model is not None:
+        if plan:
+            from suite.engine.distributed import format_plan
+
+            tracker.log_text(format_plan(plan), "sharding_plan.txt")
+            tracker.log_text(_json(plan), "sharding_plan.json")
+        if ctx.model is not None and parallel is None:
             from suite.runs.model_log import log_model
 
             log_model(tracker, config, ctx.model, final_step)

@@ -75,6 +75,7 @@ class AccuracyTask(Task):
     """Train for the budget; report val/test AUC and log loss of the chosen checkpoint."""
 
     metrics = ACCURACY_METRICS
+    distributed = True
 
     def run(self, ctx: RunContext) -> TaskOutput:
         return train_and_evaluate(ctx)[1]
@@ -94,15 +95,13 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         on_train_metrics=ctx.log_metrics,
         on_validation=ctx.on_validation,
         checkpoints=ctx.checkpoints,
+        parallel=ctx.parallel,
     )
-    progress = cfg.train.progress
-    val = evaluate(
-        model, ctx.data.split("val"), cfg.train.eval_batch_size, ctx.device, progress, "val"
-    )
+    progress = cfg.train.progress and (ctx.parallel is None or ctx.parallel.leader)
+    batch = cfg.train.eval_batch_size
+    val = evaluate(model, ctx.data.split("val"), batch, ctx.device, progress, "val", ctx.parallel)
     test_split = ctx.data.split("test")
-    test_logits = predict(
-        model, test_split, cfg.train.eval_batch_size, ctx.device, progress, "test"
-    )
+    test_logits = predict(model, test_split, batch, ctx.device, progress, "test", ctx.parallel)
     test_labels = np.asarray(test_split.label)
     test = binary_metrics(test_labels, test_logits)
     memory = model.embedding.memory()
@@ -137,6 +136,9 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "test_pred_ctr": test["pred_ctr"],
         "test_ctr": test["ctr"],
     }
+    if ctx.parallel is not None:
+        details["world_size"] = ctx.parallel.world
+        details["sharding_plan"] = model.plan  # type: ignore[attr-defined]
     # kept for tests of two AUCs on the same test set (DeLong's, in reproductions)
     arrays = {"test_logits": test_logits, "test_labels": test_labels.astype(np.uint8)}
     return model, TaskOutput(metrics, higher, details, arrays)

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from suite.config import NoOptions, RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.engine.checkpoint import Checkpointer
+from suite.engine.distributed import Parallel
 from suite.models.base import RecModel
 from suite.results import MetricSpec, find_metric
 
@@ -40,11 +41,13 @@ class RunContext:
     on_validation: Callable[[dict[str, float], int], None] | None = None
     checkpoints: Checkpointer | None = None
     """The run's checkpoints (``train.checkpoint_every``, ``--resume``), for its training."""
+    parallel: Parallel | None = None
+    """This rank's place in a distributed run (``None``: one process)."""
 
     def build_model(self, config: RunConfig | None = None) -> RecModel:
         from suite.engine.build import build_model
 
-        return build_model(config or self.config, self.data)
+        return build_model(config or self.config, self.data, self.parallel)
 
 
 class Task:
@@ -52,6 +55,8 @@ class Task:
 
     Options: ClassVar[type[BaseModel]] = NoOptions
     metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    distributed: ClassVar[bool] = False
+    """Whether the task runs across the ranks of a distributed run (``--nproc-per-node``)."""
     """Every metric the task reports: direction, primary, label and unit (one place)."""
 
     @classmethod

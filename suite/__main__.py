@@ -1,0 +1,5 @@
+"""``python -m suite``: the ``suite`` command (what ``torchrun -m suite`` starts per rank)."""
+
+from suite.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,490 @@
+"""Distributed training on TorchRec: embedding tables sharded by ``DistributedModelParallel``
+(fbgemm kernels, TorchRec's planner), the dense part data-parallel, one process per rank
+as ``torchrun`` starts them.
+
+A composed embedding method (transform -> physical tables -> combine: ``full``, ``hash``,
+``qr``, ``mixed_dim``) keeps its transform and combine on every rank; its physical tables
+become one TorchRec ``EmbeddingBagCollection`` that DMP shards. The sharded run computes
+what the one-process run computes: each rank takes an equal slice of every global batch,
+its loss is scaled so that DDP's average of the dense gradients and the all-to-all's sum
+of the embedding gradients are those of the global batch's mean loss, and the tables
+start from the same values and use the same fused optimizer.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from suite.config import RunConfig, ShardingConfig
+from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
+from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE
+from suite.errors import ConfigError
+from suite.models.base import RecModel
+
+SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise")
+"""The types a sharded run's tables may take. TorchRec's ``data_parallel`` (a replica of a
+table per rank) is left out: its tables lose the fused sparse optimizer when sharded
+(TorchRec 1.8 drops the in-backward optimizer of replicated tables), so they would not
+train."""
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """This process's place among ``world`` ranks of one ``torch.distributed`` job."""
+
+    rank: int
+    world: int
+
+    @property
+    def leader(self) -> bool:
+        """Rank 0: the one that writes MLflow and results."""
+        return self.rank == 0
+
+    def astuple(self) -> tuple[int, int]:
+        return self.rank, self.world
+
+    def part_sizes(self, rows: int) -> list[int]:
+        """Real rows of each rank's part of a global batch of ``rows`` rows (the parts
+        :class:`~suite.data.loader.BatchLoader` cuts with ``part``)."""
+        size = -(-rows // self.world)
+        return [max(0, min(size, rows - r * size)) for r in range(self.world)]
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum of ``values`` over the ranks (float64)."""
+        import torch.distributed as dist
+
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    def gather_parts(self, local: np.ndarray, n: int, batch: int) -> np.ndarray:
+        """The ``[n]`` values of a split read in global batches of ``batch`` rows, from
+        each rank's ``local`` values of its parts (in batch order), on every rank."""
+        import torch.distributed as dist
+
+        sizes = [self.part_sizes(min(batch, n - start)) for start in range(0, n, batch)]
+        longest = max((sum(s[r] for s in sizes) for r in range(self.world)), default=0)
+        padded = torch.zeros(longest, dtype=torch.float32)
+        padded[: len(local)] = torch.from_numpy(np.ascontiguousarray(local, dtype=np.float32))
+        gathered = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(gathered, padded)
+        arrays = [g.numpy() for g in gathered]
+        out = np.empty(n, dtype=np.float32)
+        offsets, at = [0] * self.world, 0
+        for part in sizes:
+            for r, count in enumerate(part):
+                out[at : at + count] = arrays[r][offsets[r] : offsets[r] + count]
+                offsets[r] += count
+                at += count
+        return out
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process is a rank of a ``torchrun`` job (its environment says so)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or (
+        "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+    )
+
+
+def join_process_group(device: torch.device) -> Parallel | None:
+    """Join the job ``torchrun`` started (gloo on CPU, NCCL on CUDA); ``None`` outside one."""
+    if not launched_by_torchrun():
+        return None
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+    return Parallel(dist.get_rank(), dist.get_world_size())
+
+
+def leave_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _quiet_torchrec() -> None:
+    warnings.filterwarnings("ignore", module="torchrec")
+    warnings.filterwarnings("ignore", module="fbgemm_gpu")
+    for name in ("torchrec", "torch.fx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient by ``scale``."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+        return grad * ctx.scale, None
+
+
+def table_names(method: ComposedEmbedding, features: list[str]) -> list[str]:
+    """One name per physical table: the feature's when a table is a feature's only table,
+    else ``<feature>.<k>`` (``k`` counting that feature's tables)."""
+    count = len(method.tables.rows)
+    sources = getattr(method.transform, "source", None)
+    owner = sources.tolist() if isinstance(sources, torch.Tensor) else list(range(count))
+    if len(owner) != count:
+        owner = list(range(count))
+    seen: dict[int, int] = {}
+    names = []
+    for t in range(count):
+        feature = features[owner[t]] if owner[t] < len(features) else f"t{t}"
+        k = seen.get(owner[t], 0)
+        seen[owner[t]] = k + 1
+        names.append(feature if owner.count(owner[t]) == 1 else f"{feature}.{k}")
+    return names
+
+
+class ShardedEmbedding(EmbeddingMethod):
+    """A composed method whose physical tables are one TorchRec ``EmbeddingBagCollection``.
+
+    ``forward(sparse [B, F]) -> [B, F, dim]``: the method's transform gives ``ids [B, T]``,
+    the collection looks up one row per table and sample (a ``KeyedJaggedTensor`` of
+    lengths 1), the method's combine makes ``[B, F, dim]``. The pooled rows' gradient is
+    scaled by ``grad_scale`` (``[sum(dims)]``, per column) on its way back to the tables.
+    """
+
+    def __init__(self, source: ComposedEmbedding, names: list[str]) -> None:
+        super().__init__()
+        _quiet_torchrec()
+        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+
+        rows, dims = source.tables.rows, source.tables.dims
+        if any(d % FBGEMM_DIM_MULTIPLE for d in dims):
+            raise ConfigError(
+                f"embedding.name={type(source).__name__}: sharded tables need dims that are "
+                f"multiples of {FBGEMM_DIM_MULTIPLE}, got {sorted(set(dims))}"
+            )
+        self.dim = source.dim
+        self.names = names
+        self.grad_scale: torch.Tensor | None = None
+        self.transform = source.transform
+        self.combine = source.combine
+        self.source_memory = source.memory()
+        self.source_layout = source.layout()
+        self.flops = source.flops_per_example()
+        self.ebc = EmbeddingBagCollection(
+            tables=[
+                EmbeddingBagConfig(
+                    name=name, embedding_dim=d, num_embeddings=n, feature_names=[name]
+                )
+                for name, n, d in zip(names, rows, dims, strict=True)
+            ],
+            device=torch.device("meta"),
+        )
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        from torchrec import KeyedJaggedTensor
+
+        ids = self.transform(sparse)
+        batch, tables = ids.shape
+        features = KeyedJaggedTensor.from_lengths_sync(
+            keys=self.names,
+            values=ids.t().reshape(-1),
+            lengths=torch.ones(batch * tables, dtype=torch.int32, device=ids.device),
+        )
+        pooled = self.ebc(features)
+        if pooled.keys() == self.names:
+            rows = pooled.values()
+        else:  # a sharded collection groups its outputs by sharding type
+            by_name = pooled.to_dict()
+            rows = torch.cat([by_name[name] for name in self.names], dim=1)
+        if self.grad_scale is not None:
+            rows = _ScaleGrad.apply(rows, self.grad_scale)
+        return self.combine(rows)
+
+    def memory(self) -> EmbeddingBytes:
+        """The whole (unsharded) method's bytes, summed over ranks."""
+        return self.source_memory
+
+    def fused_modules(self) -> list[nn.Module]:
+        return [self.ebc]
+
+    def flops_per_example(self) -> int:
+        return self.flops
+
+    def layout(self) -> dict[str, Any]:
+        return {**self.source_layout, "table_names": list(self.names)}
+
+
+class ShardedRecModel(nn.Module):
+    """A :class:`~suite.models.base.RecModel` under DMP, with the API the training loop
+    uses: ``forward(dense [B, Dd], sparse [B, F]) -> logits [B]``, ``embedding``,
+    ``payload``, :meth:`dense_parameters`, :meth:`flops_per_example`."""
+
+    def __init__(self, dmp: nn.Module, inner: RecModel, plan: dict[str, Any]) -> None:
+        super().__init__()
+        self.dmp = dmp
+        self._inner = [inner]  # not a submodule: DMP owns it
+        self.plan = plan
+
+    @property
+    def embedding(self) -> EmbeddingMethod:
+        return self._inner[0].embedding
+
+    @property
+    def payload(self) -> nn.Module | None:
+        return self._inner[0].payload
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        return self.dmp(dense, sparse)
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """The data-parallel parameters (backbone, combine, codec), the ones DDP syncs."""
+        inner = self._inner[0]
+        return [
+            p
+            for name, p in inner.named_parameters()
+            if p.requires_grad and not name.startswith("embedding.ebc.")
+        ]
+
+    def flops_per_example(self) -> int:
+        return self._inner[0].flops_per_example()
+
+    def local_tensors(self) -> dict[str, list[torch.Tensor]]:
+        """This rank's tensors of every state entry (a sharded table's local shards)."""
+        out: dict[str, list[torch.Tensor]] = {}
+        for name, value in self.dmp.state_dict().items():
+            if hasattr(value, "local_shards"):
+                out[name] = [shard.tensor for shard in value.local_shards()]
+            elif hasattr(value, "to_local"):
+                out[name] = [value.to_local()]
+            else:
+                out[name] = [value]
+        return out
+
+
+def snapshot(model: ShardedRecModel) -> dict[str, list[torch.Tensor]]:
+    """A copy of this rank's part of the model's state (for ``checkpoint: best``)."""
+    return {k: [t.detach().clone() for t in v] for k, v in model.local_tensors().items()}
+
+
+@torch.no_grad()
+def restore(model: ShardedRecModel, saved: dict[str, list[torch.Tensor]]) -> None:
+    """Put back what :func:`snapshot` took, in place."""
+    for name, tensors in model.local_tensors().items():
+        for target, value in zip(tensors, saved[name], strict=True):
+            target.copy_(value)
+
+
+def _sharder() -> Any:
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    class Sharder(EmbeddingBagCollectionSharder):
+        """TorchRec's sharder offering row-wise shards on CPU too (fbgemm's CPU
+        bucketize kernel serves them; TorchRec lists them for GPUs only)."""
+
+        def sharding_types(self, compute_device_type: str) -> list[str]:
+            return list(SHARDING_TYPES)
+
+    return Sharder()
+
+
+def _optimizer_in_backward(tables: nn.Module, config: RunConfig) -> None:
+    """The one-process run's sparse optimizer on the tables, as TorchRec takes it: fused
+    into the fbgemm kernels of sharded tables, applied in backward to replicated ones."""
+    from torchrec import optim as trec_optim
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    train = config.train
+    kind, options = {
+        "rowwise_adagrad": (trec_optim.RowWiseAdagrad, {"eps": ADAGRAD_EPS}),
+        "adagrad": (trec_optim.Adagrad, {"eps": ADAGRAD_EPS}),
+        "sgd": (trec_optim.SGD, {}),
+    }[train.sparse_optimizer]
+    apply_optimizer_in_backward(kind, tables.parameters(), {"lr": train.sparse_lr, **options})
+
+
+def constraints(
+    sharding: ShardingConfig, names: list[str], dims: list[int], world: int
+) -> dict[str, Any]:
+    """TorchRec ``ParameterConstraints`` per table from ``sharding`` (default type and
+    per-table overrides); column-wise shards split a table's columns over the ranks."""
+    from torchrec.distributed.planner import ParameterConstraints
+
+    unknown = sorted(set(sharding.tables) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"sharding.tables: no table named {', '.join(unknown)} "
+            f"(tables: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''})"
+        )
+    out = {}
+    for name, dim in zip(names, dims, strict=True):
+        kind = sharding.tables.get(name, sharding.default)
+        if kind == "auto":
+            continue
+        extra = {}
+        if "column" in kind:
+            parts = max(1, min(world, dim // FBGEMM_DIM_MULTIPLE))
+            extra["min_partition"] = max(FBGEMM_DIM_MULTIPLE, dim // parts)
+        out[name] = ParameterConstraints(sharding_types=[kind], **extra)
+    return out
+
+
+@torch.no_grad()
+def _copy_initial_values(dmp: nn.Module, names: list[str], values: list[torch.Tensor]) -> None:
+    """Every local shard of every table from the unsharded table's values."""
+    by_name = dict(zip(names, values, strict=True))
+    for key, value in dmp.state_dict().items():
+        if not key.endswith(".weight") or ".embedding_bags." not in key:
+            continue
+        table = key.split(".embedding_bags.")[1].removesuffix(".weight")
+        full = by_name[table]
+        if not hasattr(value, "local_shards"):  # data-parallel: a whole copy on every rank
+            value.copy_(full)
+            continue
+        for shard in value.local_shards():
+            (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+            shard.tensor.copy_(full[r0 : r0 + nr, c0 : c0 + nc])
+
+
+def _plan_summary(
+    plan: Any,
+    names: list[str],
+    rows: list[int],
+    dims: list[int],
+    world: int,
+    planner: Any,
+    optimizer_floats: list[int],
+) -> dict[str, Any]:
+    """Per table: sharding type, ranks and bytes; per rank: bytes and estimated cost."""
+    module_plan = next(iter(plan.plan.values()))
+    per_rank_bytes = [0] * world
+    tables = []
+    for name, n, d, opt in zip(names, rows, dims, optimizer_floats, strict=True):
+        sharding = module_plan[f"{name}"]
+        ranks = sorted({int(r) for r in (sharding.ranks or [])})
+        shards = sharding.sharding_spec.shards if sharding.sharding_spec is not None else []
+        total = 4 * (n * d + opt)
+        for shard in shards:
+            rank = int(str(shard.placement).split("rank:")[1].split("/")[0])
+            sr, sc = shard.shard_sizes
+            per_rank_bytes[rank] += 4 * sr * sc + 4 * opt * sr * sc // max(1, n * d)
+        if not shards:  # data-parallel: a full copy on every rank
+            for rank in range(world):
+                per_rank_bytes[rank] += total
+        tables.append(
+            {"table": name, "type": sharding.sharding_type, "ranks": ranks, "bytes": total}
+        )
+    costs = [0.0] * world
+    best = getattr(planner, "_best_plan", None) or []
+    for option in best:
+        for shard in option.shards:
+            if shard.rank is not None and shard.perf is not None:
+                costs[shard.rank] += float(shard.perf.total)
+    return {
+        "world_size": world,
+        "tables": tables,
+        "ranks": [
+            {"rank": r, "bytes": per_rank_bytes[r], "estimated_cost_ms": costs[r]}
+            for r in range(world)
+        ],
+    }
+
+
+def shard_model(
+    model: RecModel, config: RunConfig, parallel: Parallel, features: list[str]
+) -> ShardedRecModel:
+    """``model`` (built as for one process, same seed) with its physical tables sharded
+    over the job's ranks by TorchRec's planner under ``config.sharding``; starts from the
+    same values as ``model``."""
+    if not isinstance(model.embedding, ComposedEmbedding):
+        raise ConfigError(
+            f"embedding.name={config.embedding.name} cannot run sharded: its storage is not "
+            "table-batched physical tables (sharded methods: full, hash, qr, mixed_dim)"
+        )
+    tables = model.embedding.tables
+    if tables.bag_tables:
+        raise ConfigError(
+            f"embedding.name={config.embedding.name}: tables of dims "
+            f"{sorted({tables.dims[t] for t in tables.bag_tables})} are torch tables; sharded "
+            f"runs need fbgemm tables (dims multiples of {FBGEMM_DIM_MULTIPLE}, backend fbgemm)"
+        )
+    _quiet_torchrec()
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+
+    names = table_names(model.embedding, features)
+    initial = [w.detach().clone() for w in tables.weights()]
+    rows, dims = list(tables.rows), list(tables.dims)
+    sharded = ShardedEmbedding(model.embedding, names)
+    model.embedding = sharded
+    device = next(model.backbone.parameters()).device
+    _optimizer_in_backward(sharded.ebc, config)
+    sharder = _sharder()
+    planner = EmbeddingShardingPlanner(
+        topology=Topology(
+            world_size=parallel.world,
+            compute_device=device.type,
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", parallel.world)),
+        ),
+        batch_size=max(1, math.ceil(config.train.batch_size / parallel.world)),
+        constraints=constraints(config.sharding, names, dims, parallel.world),
+    )
+    plan = planner.collective_plan(model, [sharder], dist.GroupMember.WORLD)
+    dmp = DistributedModelParallel(
+        model, device=device, plan=plan, sharders=[sharder], init_data_parallel=True
+    )
+    _copy_initial_values(dmp, names, initial)
+    del initial
+    # A rank's loss is its share of the global batch's mean loss. DDP averages the dense
+    # part's gradients over ranks; a sharded table receives every rank's gradient and sums
+    # them: 1/world puts it right.
+    sharded.grad_scale = torch.tensor(1.0 / parallel.world, device=device)
+    opt = {"rowwise_adagrad": lambda n, d: n, "adagrad": lambda n, d: n * d, "sgd": lambda n, d: 0}
+    floats = [opt[config.train.sparse_optimizer](n, d) for n, d in zip(rows, dims, strict=True)]
+    summary = _plan_summary(plan, names, rows, dims, parallel.world, planner, floats)
+    return ShardedRecModel(dmp, model, summary)
+
+
+def format_plan(plan: dict[str, Any]) -> str:
+    """The plan as two plain-text tables (per table, per rank)."""
+    from tabulate import tabulate
+
+    from suite.units import human_bytes
+
+    tables = tabulate(
+        [
+            [
+                t["table"],
+                t["type"],
+                ",".join(map(str, t["ranks"])) or "all",
+                human_bytes(t["bytes"]),
+            ]
+            for t in plan["tables"]
+        ],
+        headers=["table", "sharding", "ranks", "bytes"],
+    )
+    ranks = tabulate(
+        [
+            [r["rank"], human_bytes(r["bytes"]), f"{r['estimated_cost_ms']:.3f}"]
+            for r in plan["ranks"]
+        ],
+        headers=["rank", "table bytes", "estimated cost (ms/step)"],
+    )
+    return f"sharding plan over {plan['world_size']} ranks\n{tables}\n\n{ranks}\n"
