@@ -224,6 +224,11 @@ class TrackingConfig(Frozen):
     log_model: Literal["auto", "always", "never"] = Field(
         "auto", description="log the trained model to MLflow (auto: if its weights <= 256 MiB)"
     )
+    keep_arrays: bool = Field(
+        True,
+        description="keep the task's arrays (accuracy: test labels and logits) beside the "
+        "result JSON and in MLflow; reproductions need them for DeLong's test",
+    )
 
 
 class RunConfig(Frozen):

@@ -45,12 +45,17 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
     The file gets the mode ``open`` would give it under the user's umask (not 0600).
     """
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """:func:`write_text_atomic` for bytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             apply_umask(tmp)
             os.fsync(handle.fileno())

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from suite.fileio import write_text_atomic
+from suite.fileio import write_bytes_atomic, write_text_atomic
 
 RESULT_SCHEMA_VERSION = 1
 
@@ -52,6 +52,36 @@ class TaskResult(BaseModel):
     @classmethod
     def read(cls, path: str | Path) -> TaskResult:
         return cls.model_validate(json.loads(Path(path).read_text()))
+
+
+ARRAYS_DETAIL = "arrays"
+"""``details`` key naming the run's arrays file: ``{"file": path, "names": [...]}``."""
+
+
+def write_arrays(result_json: str | Path, arrays: dict[str, Any]) -> dict[str, Any]:
+    """Write a task's named arrays beside its result JSON (``<stem>.npz``, uncompressed,
+    atomically); return the ``details`` entry naming them (the path as written)."""
+    import io
+
+    import numpy as np
+
+    path = Path(result_json).with_suffix(".npz")
+    buffer = io.BytesIO()
+    np.savez(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
+    write_bytes_atomic(path, buffer.getvalue())
+    return {"file": str(path), "names": sorted(arrays)}
+
+
+def read_arrays(result: TaskResult) -> dict[str, Any] | None:
+    """The arrays a run kept (:func:`write_arrays`), or None if it kept none or the file
+    is gone."""
+    import numpy as np
+
+    entry = result.details.get(ARRAYS_DETAIL)
+    if not entry or not Path(entry["file"]).is_file():
+        return None
+    with np.load(entry["file"], allow_pickle=False) as found:
+        return {name: found[name] for name in found.files}
 
 
 def now_iso() -> str:

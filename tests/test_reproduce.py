@@ -344,3 +344,158 @@ def test_a_bootstrap_claim_uses_the_seeded_percentile_interval() -> None:
     expected = bootstrap_ci(ratios, resamples=1000)
     assert (outcome.left.low, outcome.left.high) == (expected.low, expected.high)
     assert outcome.verdict == "holds"
+
+
+# --- DeLong on each paired seed --------------------------------------------------------
+
+
+def test_an_auc_comparison_reports_delong_on_each_seed(tmp_path: Path) -> None:
+    """A tiny reproduction of one AUC claim: its row shows DeLong's p for each of the five
+    seeds, computed on the two runs' kept test predictions (the same test examples)."""
+    from suite.results import TaskResult, read_arrays
+    from suite.stats import delong_test
+
+    out = tmp_path / "report"
+    sets = [f"--set=dataset.options.{k}={v}" for k, v in TINY_DATA.items()]
+    sets += ["--set=train.batch_size=128", "--set=train.max_steps=15"]
+    args = ["reproduce", "--paper", "qr", "--claim", "qr-above-hash-2", "--quiet"]
+    assert main([*args, "--out", str(out), "--tracking-uri", tracking_uri(tmp_path), *sets]) == 0
+    report = (out / "REPORT.md").read_text()
+    tables = gfm_tables(report)
+    (claims,) = [t for t in tables if t[0][0] == "claim"]
+    assert claims[0][-2] == "DeLong p per seed"
+    (row,) = claims[1:]
+    assert row[0] == next(c.text for c in load_spec("qr").claims if c.id == "qr-above-hash-2")
+
+    results: dict[tuple[str, int], TaskResult] = {}
+    for path in Path("results/runs/accuracy/criteo-synth").glob("*.json"):
+        r = TaskResult.read(path)
+        results[(r.embedding, r.seed)] = r
+    expected, below = [], 0
+    for seed in SEEDS:
+        qr, hashed = (read_arrays(results[(e, seed)]) for e in ("qr", "hash"))
+        assert np.array_equal(qr["test_labels"], hashed["test_labels"])
+        found = delong_test(qr["test_labels"], qr["test_logits"], hashed["test_logits"])
+        assert found.auc_a == pytest.approx(results[("qr", seed)].metrics["test_auc"], abs=1e-12)
+        expected.append(found.p_value)
+        below += found.p_value < 0.05
+    from suite.reproduce.report import p_value
+
+    cell = ", ".join(p_value(p) for p in expected) + f" ({below}/5 below 0.05)"
+    assert row[-2] == cell
+
+
+def test_delong_is_reported_only_for_two_runs_test_aucs() -> None:
+    from suite.reproduce.claims import auc_runs, delong_per_seed
+
+    assert auc_runs(claim("greater", "a.test_auc", "b.test_auc")) == ("a", "b")
+    assert auc_runs(claim("greater", "a.test_logloss", "b.test_logloss")) is None
+    assert auc_runs(claim("at_least", "a.test_auc", 0.7)) is None
+    assert auc_runs(claim("less", {"diff": ["a.test_auc", "b.test_auc"]}, "c.test_auc")) is None
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400).astype(np.uint8)
+    other = labels.copy()
+    other[0] ^= 1
+    kept = {
+        ("a", 0): (labels, labels + rng.normal(size=400)),
+        ("b", 0): (labels, rng.normal(size=400)),
+        ("c", 0): (other, rng.normal(size=400)),
+    }
+
+    def predictions(run: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        return kept.get((run, seed))
+
+    found, note = delong_per_seed(claim("greater", "a.test_auc", "b.test_auc"), predictions, [0])
+    assert note == "" and found[0] < 1e-4  # a signal against noise
+    found, note = delong_per_seed(claim("greater", "a.test_auc", "c.test_auc"), predictions, [0])
+    assert found == {} and "test sets differ" in note
+    found, note = delong_per_seed(claim("greater", "a.test_auc", "b.test_auc"), predictions, [1])
+    assert found == {} and "no test predictions" in note
+
+
+# --- claims on timings -----------------------------------------------------------------
+
+
+def _memsys_reproduction(speedups: list[float]):  # noqa: ANN202
+    """The memsys claims on an int8 serving speed-up (a timing) and on memory cost (not),
+    judged on given per-seed figures of the spec's real run configs."""
+    from suite.environment import environment
+    from suite.reproduce.runner import (
+        Reproduction,
+        RunRecord,
+        judge,
+        plan_runs,
+        select_specs,
+    )
+    from suite.results import TaskResult
+
+    claim_ids = ["int8-serves-more", "scm-cheaper-than-dram"]
+    (spec,) = select_specs(["memsys"], "quick", claim_ids)
+    planned, where = plan_runs([spec], "quick", claim_ids, {})
+    env = environment("cpu")
+    records = {}
+    for key, entry in planned.items():
+        record = RunRecord(entry.roles[0], entry.config, SEEDS)
+        for seed in SEEDS:
+            metrics = (
+                {"int8_speedup_at_target": speedups[seed]}
+                if entry.config.task.name == "serving"
+                else {
+                    "dram_10pct_scm_lru/memory_cost_usd": 1.0 + 0.01 * seed,
+                    "dram_only/memory_cost_usd": 3.0,
+                }
+            )
+            record.results[seed] = TaskResult(
+                task=entry.config.task.name,
+                model=entry.config.model.name,
+                embedding=entry.config.embedding.name,
+                dataset=entry.config.dataset.name,
+                protocol=entry.config.dataset.protocol,
+                seed=seed,
+                config=entry.config.identity(),
+                config_hash=key,
+                data_fingerprint="0" * 16,
+                metrics=metrics,
+                higher_is_better={m: False for m in metrics},
+                environment=env,
+            )
+        records[key] = record
+    outcome = judge(spec, "quick", claim_ids, records, where)
+    return Reproduction("quick", [outcome], SEEDS, {})
+
+
+def test_a_claim_on_a_timing_is_judged_under_timings_and_counted_apart() -> None:
+    from datetime import UTC, datetime
+
+    from suite.reproduce.report import TIMINGS_HEADING, render_report
+
+    spec = load_spec("memsys")
+    texts = {c.id: c.text for c in spec.claims}
+    date = datetime(2026, 1, 1, tzinfo=UTC)
+    fast = _memsys_reproduction([1.5, 1.6, 1.4, 1.5, 1.55])
+    slow = _memsys_reproduction([0.5, 0.6, 0.4, 0.5, 0.55])
+    verdicts = {c.claim.id: (c.verdict, c.timing) for c in fast.papers[0].claims}
+    assert verdicts == {
+        "scm-cheaper-than-dram": ("holds", False),
+        "int8-serves-more": ("holds", True),
+    }
+    assert {c.claim.id: c.verdict for c in slow.papers[0].claims}["int8-serves-more"] == (
+        "does not hold"
+    )
+    first = render_report(fast, [], "suite reproduce --paper memsys", date)
+    second = render_report(slow, [], "suite reproduce --paper memsys", date)
+    body, timings = first.split(TIMINGS_HEADING)
+    assert texts["int8-serves-more"] not in body and texts["int8-serves-more"] in timings
+    assert texts["scm-cheaper-than-dram"] in body and texts["scm-cheaper-than-dram"] not in timings
+    assert (
+        "**1 claims: 1 holds, 0 does not hold, 0 inconclusive, 0 not measurable.** "
+        "Not counted here: 1 claim(s) on timings, judged under Timings" in body
+    )
+    assert "1 claims: 1 holds, 0 does not hold" in timings
+    # the timing's verdict flipped, and the report outside Timings did not change
+    assert first != second and comparable(first) == comparable(second)
+    for rows in gfm_tables(first):
+        assert len({len(r) for r in rows}) == 1, rows
+    (timed,) = [r for t in gfm_tables(timings) for r in t if r[0] == texts["int8-serves-more"]]
+    assert timed[1] == "memsys" and timed[-1] == "**holds**"

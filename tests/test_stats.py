@@ -143,6 +143,33 @@ def test_delong_agrees_with_a_bootstrap_of_the_same_auc_difference() -> None:
     assert result.difference.high == pytest.approx(high, abs=0.25 * sd)
 
 
+def test_delong_p_value_agrees_with_a_bootstrap_p_value() -> None:
+    """A small AUC difference (p well inside (0, 1)): DeLong's two-sided p matches the
+    percentile bootstrap's (twice the share of resampled differences beyond zero)."""
+    from scipy.stats import rankdata
+
+    from suite.stats import delong_test
+
+    def auc(y: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Mann-Whitney AUC of each row of ``s [R, n]`` against ``y [R, n]``."""
+        ranks = rankdata(s, axis=1)
+        m = y.sum(axis=1)
+        return ((ranks * y).sum(axis=1) - m * (m + 1) / 2) / (m * (y.shape[1] - m))
+
+    rng = np.random.default_rng(4)
+    n = 1200
+    labels = rng.integers(0, 2, n)
+    signal = rng.normal(size=n)
+    a = labels * 0.8 + signal + 0.6 * rng.normal(size=n)
+    b = labels * 0.75 + signal + 0.6 * rng.normal(size=n)
+    result = delong_test(labels, a, b)
+    assert 0.02 < result.p_value < 0.8
+    i = rng.integers(0, n, size=(2000, n))
+    diffs = auc(labels[i], a[i]) - auc(labels[i], b[i])
+    boot_p = 2 * min((diffs <= 0).mean(), (diffs >= 0).mean())
+    assert result.p_value == pytest.approx(boot_p, abs=0.06)
+
+
 def test_delong_is_fast_enough_for_a_criteo_test_split() -> None:
     """O(n log n): a million examples in well under the time an O(n^2) pass would need."""
     import time

@@ -3,12 +3,15 @@
 Every run of a profile runs under the same seeds, so the figures of two runs pair by seed.
 A comparative claim is judged on the CI of the paired differences, a threshold claim on
 the CI of the mean, a scaling claim on bootstrap CIs of fitted curves (``suite.stats``).
+A comparison of two runs' test AUCs also gets DeLong's test on each seed's test set (the
+two runs' predictions on the same examples), shown beside the verdict it does not change.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,6 +23,7 @@ from suite.stats import (
     Verdict,
     bootstrap_ci,
     bootstrap_indices,
+    delong_test,
     fit_scaling,
     mean_ci,
     verdict,
@@ -37,6 +41,11 @@ DIRECTION = {
 }
 BOOTSTRAP_RESAMPLES = 1000
 COMPUTE_METRIC = "training_flops"
+AUC_METRIC = "test_auc"
+
+Predictions = Callable[[str, int], tuple[np.ndarray, np.ndarray] | None]
+"""``predictions(run, seed)``: that run's test ``(labels [N], logits [N])`` under that seed,
+or None if the run kept none."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,11 @@ class ClaimOutcome:
     p_value: float
     target: float | None = None
     note: str = ""
+    delong: dict[int, float] = field(default_factory=dict)
+    """DeLong p-value of ``AUC(left) == AUC(right)`` on each seed's test set, by seed
+    (comparisons of two runs' test AUCs only)."""
+    timing: bool = False
+    """The claim rests on a machine-dependent figure (a metric of kind ``measured``)."""
 
 
 def _nan_interval(n: int = 0) -> Interval:
@@ -104,8 +118,41 @@ def _t_p_value(values: np.ndarray, target: float) -> float:
     return float(stats.ttest_1samp(values, target).pvalue)
 
 
-def evaluate(claim: Claim, figures: SeedFigures) -> ClaimOutcome:
-    """Judge a comparative or threshold claim on per-seed figures."""
+def auc_runs(claim: Claim) -> tuple[str, str] | None:
+    """The two runs a claim compares by their test AUCs (``a.test_auc`` against
+    ``b.test_auc``), or None for any other claim."""
+    if not claim.comparative or not (isinstance(claim.left, str) and isinstance(claim.right, str)):
+        return None
+    (left, left_metric), (right, right_metric) = (
+        side.split(".", 1) for side in (claim.left, claim.right)
+    )
+    return (left, right) if left_metric == right_metric == AUC_METRIC else None
+
+
+def delong_per_seed(
+    claim: Claim, predictions: Predictions, seeds: list[int]
+) -> tuple[dict[int, float], str]:
+    """DeLong's p-value of the claim's two test AUCs under each seed, and a note where a
+    seed's predictions are missing or the two runs were tested on different examples."""
+    runs = auc_runs(claim)
+    if runs is None:
+        return {}, ""
+    found: dict[int, float] = {}
+    for seed in seeds:
+        left, right = (predictions(run, seed) for run in runs)
+        if left is None or right is None:
+            return {}, f"DeLong: no test predictions kept for seed {seed}"
+        if left[0].shape != right[0].shape or not np.array_equal(left[0], right[0]):
+            return {}, f"DeLong: the two runs' test sets differ (seed {seed})"
+        found[seed] = delong_test(left[0], left[1], right[1]).p_value
+    return found, ""
+
+
+def evaluate(
+    claim: Claim, figures: SeedFigures, predictions: Predictions | None = None
+) -> ClaimOutcome:
+    """Judge a comparative or threshold claim on per-seed figures; with ``predictions``, a
+    comparison of test AUCs also gets DeLong's test on each paired seed."""
     runs = sorted({ref.split(".", 1)[0] for ref in claim.references()})
     seeds = common_seeds(figures, runs)
     left = resolve(claim.left, figures, seeds)
@@ -116,6 +163,7 @@ def evaluate(claim: Claim, figures: SeedFigures) -> ClaimOutcome:
             return _unmeasured(claim, seeds, "a figure is missing or fewer than two seeds")
         diff = left - right
         difference = _interval(diff, claim.ci)
+        delong, note = delong_per_seed(claim, predictions, seeds) if predictions else ({}, "")
         return ClaimOutcome(
             claim,
             verdict(difference, direction, claim.margin),  # type: ignore[arg-type]
@@ -123,6 +171,8 @@ def evaluate(claim: Claim, figures: SeedFigures) -> ClaimOutcome:
             _interval(right, claim.ci),
             difference,
             _t_p_value(diff, 0.0),
+            note=note,
+            delong=delong,
         )
     target = float(claim.right)  # type: ignore[arg-type]
     if np.isnan(left).any() or len(seeds) < 2:

@@ -1,8 +1,9 @@
 """``REPORT.md`` of a reproduction: header, verdict summary, claim and run tables, plots.
 
 Tables are written by pandas/tabulate (cells escaped, never hand-joined). Figures that
-depend on the machine's speed, and the date, stay in the last section, "Timings", so two
-runs of a profile on one machine give the same report outside it (see :func:`comparable`).
+depend on the machine's speed, the claims judged on them (metrics of kind ``measured``)
+and the date stay in the last section, "Timings", so two runs of a profile on one machine
+give the same report outside it (see :func:`comparable`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from suite.stats import Interval, ScalingFit
 TIMINGS_HEADING = "## Timings (machine-dependent)"
 VERDICTS = ("holds", "does not hold", "inconclusive", "not measurable")
 MIB = 2**20
+DELONG_ALPHA = 0.05
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -70,6 +72,15 @@ def p_value(p: float) -> str:
     return "<1e-4" if p < 1e-4 else f"{p:.4f}"
 
 
+def delong_cell(outcome: ClaimOutcome) -> str:
+    """DeLong's p on each seed's test set, in seed order, and how many are below 0.05."""
+    if not outcome.delong:
+        return "—"
+    ps = [outcome.delong[seed] for seed in sorted(outcome.delong)]
+    below = sum(p < DELONG_ALPHA for p in ps)
+    return f"{', '.join(p_value(p) for p in ps)} ({below}/{len(ps)} below {DELONG_ALPHA})"
+
+
 def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
     c = outcome.claim
     scaling = bool(c.families())
@@ -88,6 +99,7 @@ def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
         "right": right,
         "difference [95% CI]": interval(outcome.difference, diff_unit) or "—",
         "p": p_value(outcome.p_value),
+        "DeLong p per seed": delong_cell(outcome),
         "verdict": f"**{outcome.verdict}**",
     }
 
@@ -124,15 +136,44 @@ def fit_row(family: str, outcome: PaperOutcome, fit: ScalingFit) -> dict[str, st
     }
 
 
-def summary_counts(reproduction: Reproduction) -> Counter:
-    return Counter(c.verdict for p in reproduction.papers for c in p.claims)
+def summary_counts(reproduction: Reproduction, timing: bool = False) -> Counter:
+    """Verdicts of the claims on machine-independent figures (``timing``: of the claims
+    on timings instead, which the report judges under Timings)."""
+    return Counter(c.verdict for p in reproduction.papers for c in p.claims if c.timing == timing)
+
+
+def counts_text(counts: Counter) -> str:
+    parts = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
+    return f"{sum(counts.values())} claims: {parts}."
 
 
 def summary_line(reproduction: Reproduction) -> str:
-    counts = summary_counts(reproduction)
-    total = sum(counts.values())
-    parts = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
-    return f"**{total} claims: {parts}.**"
+    """The verdict counts; claims on timings are counted apart (their verdicts, in the
+    Timings section, may differ between two runs on one machine)."""
+    line = f"**{counts_text(summary_counts(reproduction))}**"
+    timed = sum(summary_counts(reproduction, timing=True).values())
+    if timed:
+        line += (
+            f" Not counted here: {timed} claim(s) on timings, judged under Timings "
+            "(machine-dependent)."
+        )
+    return line
+
+
+def claims_section(outcomes: list[ClaimOutcome], papers: list[str] | None = None) -> list[str]:
+    """The claims' table (with a paper column when ``papers`` names each claim's) and their
+    notes, as lines."""
+    rows = [claim_row(c) for c in outcomes]
+    if papers:
+        rows = [
+            {"claim": r.pop("claim"), "paper": paper, **r}
+            for r, paper in zip(rows, papers, strict=True)
+        ]
+    lines = [table(rows), ""]
+    notes = [f"- {c.claim.id}: {c.note}" for c in outcomes if c.note]
+    if notes:
+        lines += ["Notes:", "", *notes, ""]
+    return lines
 
 
 def render_report(
@@ -181,7 +222,12 @@ def render_report(
         "whole interval lies on the claimed side of the margin; `does not hold`: wholly on the "
         "other side; `inconclusive`: the interval straddles it; `not measurable`: no interval "
         "(missing figure, or a fit that fails its quality gate). The p-value is that of a "
-        "zero difference (paired t-test; bootstrap for scaling claims). On one machine and "
+        "zero difference (paired t-test; bootstrap for scaling claims). A comparison of two "
+        "runs' test AUCs also shows DeLong's p of equal AUCs on each seed's test set (both "
+        "runs scored the same examples): how each seed's difference compares with the test "
+        "set's sampling noise; the verdict rests on the spread over seeds. Claims on timings "
+        "(machine-dependent figures) are judged in the Timings section and counted there. "
+        "On one machine and "
         "thread count every figure is bit-identical when rerun; another CPU model may move "
         "the last digits (fbgemm and oneDNN pick different SIMD kernels).",
         "",
@@ -195,10 +241,12 @@ def render_report(
             lines += [f"Profile `{outcome.profile}`: {note}", ""]
         if spec.source:
             lines += [f"Reference figures: {spec.source}", ""]
-        lines += [table([claim_row(c) for c in outcome.claims]), ""]
-        notes = [f"- {c.claim.id}: {c.note}" for c in outcome.claims if c.note]
-        if notes:
-            lines += ["Notes:", "", *notes, ""]
+        claims = [c for c in outcome.claims if not c.timing]
+        if claims:
+            lines += claims_section(claims)
+        timed = [c.claim.id for c in outcome.claims if c.timing]
+        if timed:
+            lines += [f"Judged under Timings (machine-dependent): {', '.join(timed)}.", ""]
         if outcome.fits:
             lines += [table([fit_row(f, outcome, fit) for f, fit in outcome.fits.items()]), ""]
         lines += [table([run_row(rid, outcome) for rid in outcome.runs]), ""]
@@ -231,6 +279,15 @@ def render_report(
                 }
             )
     lines += [table(timing_rows), ""]
+    timed = [(p.spec.paper, c) for p in reproduction.papers for c in p.claims if c.timing]
+    if timed:
+        lines += [
+            "### Claims on timings",
+            "",
+            counts_text(summary_counts(reproduction, timing=True)),
+            "",
+        ]
+        lines += claims_section([c for _, c in timed], [paper for paper, _ in timed])
     return "\n".join(lines)
 
 

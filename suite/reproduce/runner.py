@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from suite.reproduce.claims import (
     evaluate_scaling,
 )
 from suite.reproduce.spec import Claim, ReproductionSpec, list_specs, load_spec
-from suite.results import TaskResult
+from suite.results import TaskResult, find_metric, read_arrays
 from suite.stats import Interval, ScalingFit, mean_ci
 
 
@@ -63,6 +63,21 @@ class RunRecord:
     @property
     def mlflow_run_ids(self) -> dict[int, str | None]:
         return {seed: r.mlflow_run_id for seed, r in self.results.items()}
+
+    def test_predictions(self, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The run's test ``(labels [N], logits [N])`` under ``seed``, if it kept them."""
+        result = self.results.get(seed)
+        arrays = read_arrays(result) if result is not None else None
+        if not arrays or not {"test_labels", "test_logits"} <= set(arrays):
+            return None
+        return arrays["test_labels"], arrays["test_logits"]
+
+    def metric_kind(self, metric: str) -> str | None:
+        """The declared kind of one of this run's metrics (``measured`` for timings), or
+        None where its task does not declare it (figures the runner derives)."""
+        task = self.config.task.registry.get(self.config.task.name)
+        spec = find_metric(task.metrics, metric)
+        return spec.kind if spec else None
 
 
 def seed_metrics(result: TaskResult) -> dict[str, float]:
@@ -250,7 +265,11 @@ def reproduce(
             for seed in seeds:
                 bar.set_postfix_str(f"{entry.roles[0]} seed {seed}")
                 config = entry.config.with_overrides(
-                    {"seed": seed, "tracking.run_name": f"{entry.roles[0]} seed {seed}"}
+                    {
+                        "seed": seed,
+                        "tracking.run_name": f"{entry.roles[0]} seed {seed}",
+                        "tracking.keep_arrays": True,  # DeLong's test reads the predictions
+                    }
                 )
                 tags = {
                     "suite.papers": ",".join(
@@ -295,6 +314,10 @@ def judge(
         for run_id in needed_runs(spec, profile, claim_ids)
     }
     figures: SeedFigures = {rid: rec.per_seed for rid, rec in runs.items()}
+
+    def predictions(run_id: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        return runs[run_id].test_predictions(seed)
+
     families = {f: list(ms) for f, ms in spec.profiles[profile].families.items()}
     claims, fits, cache = [], {}, {}
     for claim in selected_claims(spec, profile, claim_ids):
@@ -303,8 +326,19 @@ def judge(
             fits.update(found)
             claims.append(outcome)
         else:
-            claims.append(evaluate(claim, figures))
+            outcome = evaluate(claim, figures, predictions)
+            claims.append(replace(outcome, timing=is_timing(claim, runs)))
     return PaperOutcome(spec, profile, runs, claims, fits)
+
+
+def is_timing(claim: Claim, runs: dict[str, RunRecord]) -> bool:
+    """Whether a claim rests on a machine-dependent figure (a ``measured`` metric: a
+    timing, a throughput, an allocator peak), whose verdict may differ between reruns."""
+    for ref in claim.references():
+        run, metric = ref.split(".", 1)
+        if runs[run].metric_kind(metric) == "measured":
+            return True
+    return False
 
 
 def finish_tracking(

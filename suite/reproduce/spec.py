@@ -53,6 +53,10 @@ named ``<family>/<member>``; a member is a model-size preset name
   ``not measurable``.
 * ``profiles: [quick]`` limits a claim to some profiles (default all).
 
+A comparison of two runs' ``test_auc`` also shows DeLong's p on each seed's test set (from
+the predictions accuracy runs keep). A claim on a metric of kind ``measured`` (a timing) is
+judged in the report's Timings section and counted apart from the others.
+
 Verdicts: ``holds`` when the whole CI lies on the claimed side, ``does not hold`` when it
 lies wholly on the other side, ``inconclusive`` otherwise, ``not measurable`` without an
 interval (one seed, a missing figure, a fit that fails its gate).

@@ -20,7 +20,7 @@ from suite.engine.distributed import Parallel, join_process_group, leave_process
 from suite.environment import environment
 from suite.errors import ConfigError, SuiteError
 from suite.models.base import RecModel
-from suite.results import TaskResult, now_iso
+from suite.results import ARRAYS_DETAIL, TaskResult, now_iso, write_arrays
 from suite.runs.checks import check_memory, check_output_path
 from suite.runs.signals import interruptible, interruption
 from suite.tasks.base import RunContext, Task
@@ -295,6 +295,11 @@ def _run(
         print(format_plan(plan), flush=True)
     final_step = int(output.details.get("steps", last_step) or last_step)
     _check_finite(config, output.metrics, final_step)
+    path = result_path(config, data.fingerprint)
+    details = dict(output.details)
+    leader = parallel is None or parallel.leader
+    if output.arrays and config.tracking.keep_arrays and leader:
+        details[ARRAYS_DETAIL] = write_arrays(path, output.arrays)
     result = TaskResult(
         task=config.task.name,
         model=config.model.name,
@@ -307,16 +312,16 @@ def _run(
         data_fingerprint=data.fingerprint,
         metrics=output.metrics,
         higher_is_better=task.higher_is_better(output),
-        details=output.details,
+        details=details,
         environment=env,
         mlflow_run_id=tracker.run_id if tracker else None,
         mlflow_tracking_uri=tracker.uri if tracker else None,
         created=now_iso(),
         duration_s=round(time.perf_counter() - started, 3),
     )
-    if parallel is not None and not parallel.leader:
+    if not leader:
         return result
-    result.write(result_path(config, data.fingerprint))
+    result.write(path)
     if out:
         result.write(out)
     if tracker:
@@ -324,6 +329,11 @@ def _run(
         tracker.log_metrics(output.metrics, final_step)
         tracker.log_text(result.model_dump_json(indent=2), "result.json")
         tracker.log_text(_json(env), "environment.json")
+        if ARRAYS_DETAIL in details:
+            arrays_file = details[ARRAYS_DETAIL]["file"]
+            tracker.call(
+                "log its arrays", lambda: tracker.client.log_artifact(tracker.run_id, arrays_file)
+            )
         if plan:
             from suite.engine.distributed import format_plan
 

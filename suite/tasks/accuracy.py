@@ -1,10 +1,17 @@
-"""``accuracy``: train, then exact AUC and log loss on validation and test."""
+"""``accuracy``: train, then exact AUC and log loss on validation and test.
+
+The test predictions (logits ``[N]``, labels ``[N]``) are kept beside the result JSON
+(``details["arrays"]``), so two runs' AUCs on the same test set can be compared per seed.
+"""
 
 from __future__ import annotations
 
 import math
 
-from suite.engine.train import evaluate, train
+import numpy as np
+
+from suite.engine.train import evaluate, predict, train
+from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 from suite.registry import TASKS
 from suite.results import MetricSpec, directions
@@ -93,9 +100,10 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
     progress = cfg.train.progress and (ctx.parallel is None or ctx.parallel.leader)
     batch = cfg.train.eval_batch_size
     val = evaluate(model, ctx.data.split("val"), batch, ctx.device, progress, "val", ctx.parallel)
-    test = evaluate(
-        model, ctx.data.split("test"), batch, ctx.device, progress, "test", ctx.parallel
-    )
+    test_split = ctx.data.split("test")
+    test_logits = predict(model, test_split, batch, ctx.device, progress, "test", ctx.parallel)
+    test_labels = np.asarray(test_split.label)
+    test = binary_metrics(test_labels, test_logits)
     memory = model.embedding.memory()
     metrics = {
         "val_auc": val["auc"],
@@ -131,4 +139,6 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
     if ctx.parallel is not None:
         details["world_size"] = ctx.parallel.world
         details["sharding_plan"] = model.plan  # type: ignore[attr-defined]
-    return model, TaskOutput(metrics, higher, details)
+    # kept for tests of two AUCs on the same test set (DeLong's, in reproductions)
+    arrays = {"test_logits": test_logits, "test_labels": test_labels.astype(np.uint8)}
+    return model, TaskOutput(metrics, higher, details, arrays)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from pydantic import BaseModel
 
@@ -24,6 +25,9 @@ class TaskOutput:
     metrics: dict[str, float]
     higher_is_better: dict[str, bool]
     details: dict[str, Any] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    """Named arrays (e.g. test predictions ``[N]``) the run path keeps beside the result
+    JSON and as an MLflow artifact; ``details["arrays"]`` names the file."""
 
 
 @dataclass
