@@ -26,6 +26,7 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -79,8 +80,6 @@ def measure_plans(
     ``plans`` maps a planner to its tables (``sharding_type``, ``shard_ranks``: the rank of
     each shard, in shard order); ``sparse`` is ``[N, features]`` ids of the dataset.
     """
-    import torch.multiprocessing as mp
-
     capped = [min(int(r), max_rows) for r in rows]
     need = world * batch * (steps + warmup)
     with tempfile.TemporaryDirectory(prefix="recsuite-shard-") as tmp:
@@ -89,8 +88,9 @@ def measure_plans(
         job = MeasureJob(
             capped, dim, batch, steps, warmup, plans, ids_path, str(Path(tmp) / "out.json")
         )
-        mp.spawn(_rank_main, args=(world, _free_port(), asdict(job)), nprocs=world, join=True)
-        return json.loads(Path(job.out_path).read_text())
+        spawn_gloo(_rank_main, world, asdict(job))
+        gathered = json.loads(Path(job.out_path).read_text())
+        return {name: [g[name] for g in gathered] for name in plans}
 
 
 def _generators(tables: list[dict[str, Any]], world: int) -> dict[str, Any]:
@@ -121,8 +121,16 @@ def _generators(tables: list[dict[str, Any]], world: int) -> dict[str, Any]:
     return out
 
 
-def _rank_main(rank: int, world: int, port: int, job_dict: dict[str, Any]) -> None:
-    """One rank: every plan in turn, timed; rank 0 writes the gathered figures."""
+def spawn_gloo(fn: Callable[..., None], world: int, *args: Any) -> None:
+    """Run ``fn(rank, world, *args)`` in ``world`` fresh processes joined by a gloo group
+    on this machine (a free local port); raises if any rank fails. ``fn`` must be
+    importable (a module-level function)."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_gloo_entry, args=(world, _free_port(), fn, args), nprocs=world, join=True)
+
+
+def _gloo_entry(rank: int, world: int, port: int, fn: Callable[..., None], args: tuple) -> None:
     import warnings
 
     import torch
@@ -130,7 +138,6 @@ def _rank_main(rank: int, world: int, port: int, job_dict: dict[str, Any]) -> No
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    job = MeasureJob(**job_dict)
     os.environ.update(
         {
             "MASTER_ADDR": "127.0.0.1",
@@ -143,20 +150,32 @@ def _rank_main(rank: int, world: int, port: int, job_dict: dict[str, Any]) -> No
     )
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        ids = np.load(job.ids_path)
-        figures = {
-            name: _time_plan(job, tables, ids, rank, world) for name, tables in job.plans.items()
-        }
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, figures)
-        if rank == 0:
-            merged = {name: [g[name] for g in gathered] for name in job.plans}
-            tmp = job.out_path + ".tmp"
-            Path(tmp).write_text(json.dumps(merged))
-            os.replace(tmp, job.out_path)
+        fn(rank, world, *args)
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def gather_to_file(rank: int, figures: Any, path: str) -> None:
+    """All ranks' ``figures`` as a JSON list, written atomically by rank 0."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, figures)
+    if rank == 0:
+        tmp = path + ".tmp"
+        Path(tmp).write_text(json.dumps(gathered))
+        os.replace(tmp, path)
+
+
+def _rank_main(rank: int, world: int, job_dict: dict[str, Any]) -> None:
+    """One rank: every plan in turn, timed; rank 0 writes the gathered figures."""
+    job = MeasureJob(**job_dict)
+    ids = np.load(job.ids_path)
+    figures = {
+        name: _time_plan(job, tables, ids, rank, world) for name, tables in job.plans.items()
+    }
+    gather_to_file(rank, figures, job.out_path)
 
 
 def _time_plan(
