@@ -227,6 +227,7 @@ def all_to_all_pooled(
     relative_bound: float = 0.01,
     level: int = 1,
     group: object = None,
+    sync: bool = False,
 ) -> tuple[torch.Tensor, ExchangeStats]:
     """Send this rank's pooled embeddings across ranks with ``all_to_all_single``.
 
@@ -235,8 +236,10 @@ def all_to_all_pooled(
     data-parallel all-to-all). Every rank sends the same shape. ``codec`` is ``none``
     (float32), ``fp16``, ``bf16`` (a cast each way) or ``lossy`` (:func:`encode` with
     ``relative_bound`` of each table's range over the whole local payload, sent as
-    :func:`to_bytes` with uneven splits). Returns what this rank received and decoded,
-    ``[W, B, F, D]`` float32 (index: source rank), and the exchange's figures.
+    :func:`to_bytes` with uneven splits). ``sync`` waits for every rank to finish
+    encoding before the clock of the collectives starts (so that their time is the
+    transfer's, not a wait for a slower encoder). Returns what this rank received and
+    decoded, ``[W, B, F, D]`` float32 (index: source rank), and the exchange's figures.
     """
     import torch.distributed as dist
 
@@ -253,6 +256,8 @@ def all_to_all_pooled(
         send = pooled.detach().to(torch.float32).to(dtype).contiguous()
         coded = time.perf_counter() - tick
         recv = torch.empty_like(send)
+        if sync:
+            dist.barrier(group)
         tick = time.perf_counter()
         dist.all_to_all_single(recv, send, group=group)
         comm = time.perf_counter() - tick
@@ -269,6 +274,8 @@ def all_to_all_pooled(
     parts = [to_bytes(encode(values[j * b : (j + 1) * b], bounds, level)) for j in range(world)]
     send = torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)
     coded = time.perf_counter() - tick
+    if sync:
+        dist.barrier(group)
     tick = time.perf_counter()
     send_sizes = torch.tensor([len(p) for p in parts], dtype=torch.int64)
     recv_sizes = torch.empty_like(send_sizes)
