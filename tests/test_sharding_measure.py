@@ -55,3 +55,25 @@ def test_dmp_placed_each_table_where_the_plan_said(result) -> None:  # noqa: ANN
                 assert holders == [], (planner, table)  # replicated, not sharded
             else:
                 assert holders == table["ranks"], (planner, table)
+
+
+def test_every_sharding_type_runs_on_two_ranks() -> None:
+    import numpy as np
+
+    from suite.tasks.sharding_measure import measure_plans
+
+    kinds = {
+        "t0": ("table_wise", [1]),
+        "t1": ("row_wise", [0, 1]),
+        "t2": ("column_wise", [0, 1]),
+        "t3": ("table_row_wise", [0, 1]),
+        "t4": ("data_parallel", [0, 1]),
+    }
+    plan = [{"table": t, "sharding_type": k, "shard_ranks": r} for t, (k, r) in kinds.items()]
+    sparse = np.random.default_rng(0).integers(0, 1000, size=(400, 3))
+    rows = [300, 1000, 40, 500, 7]
+    figures = measure_plans({"mixed": plan}, rows, 8, 32, sparse, 3, steps=1, max_rows=200)
+    ranks = figures["mixed"]
+    assert all(r["compute_ms"] > 0 and r["step_ms"] > 0 for r in ranks)
+    held = [set(r["tables"]) for r in ranks]
+    assert held[0] == {"t1", "t2", "t3"} and held[1] == {"t0", "t1", "t2", "t3"}
