@@ -93,8 +93,9 @@ def measure_plans(
         return {name: [g[name] for g in gathered] for name in plans}
 
 
-def _generators(tables: list[dict[str, Any]], world: int) -> dict[str, Any]:
-    """TorchRec's sharding-plan generators for the plan's tables (placements kept)."""
+def _generators(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """TorchRec's sharding-plan generators for the plan's tables (placements kept; the
+    planner's row-wise shards span every rank, as ``row_wise()`` does)."""
     from torchrec.distributed.sharding_plan import (
         column_wise,
         data_parallel,
@@ -170,6 +171,10 @@ def gather_to_file(rank: int, figures: Any, path: str) -> None:
 
 def _rank_main(rank: int, world: int, job_dict: dict[str, Any]) -> None:
     """One rank: every plan in turn, timed; rank 0 writes the gathered figures."""
+    import logging
+
+    for name in ("torchrec", "torch.fx._symbolic_trace"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     job = MeasureJob(**job_dict)
     ids = np.load(job.ids_path)
     figures = {
@@ -208,7 +213,7 @@ def _time_plan(
     sharder = EmbeddingBagCollectionSharder()
     module_plan = construct_module_sharding_plan(
         ebc,
-        _generators(tables, world),
+        _generators(tables),
         sharder=sharder,
         local_size=world,
         world_size=world,
