@@ -18,6 +18,7 @@ populations a user asks about.
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -340,6 +341,8 @@ def measure(
         f"Estimated cost: TorchRec's estimate for a {options.compute_device} rank."
     )
     train = ctx.data.split("train")
+    if ctx.config.train.progress:
+        print(f"measuring {len(runnable)} plans on {world} gloo processes...", file=sys.stderr)
     figures = measure_plans(
         runnable,
         rows,
