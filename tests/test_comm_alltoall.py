@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from suite.engine.comm_codec import (
@@ -81,6 +82,10 @@ def test_the_wire_form_round_trips_and_its_length_is_what_nbytes_reports() -> No
     encoded = encode(values, table_bounds(values, BOUND))
     wire = to_bytes(encoded)
     assert len(wire) == encoded.nbytes
-    back = from_bytes(wire)
-    assert back.shape == encoded.shape and back.dtypes == encoded.dtypes
+    back = from_bytes(wire, values.shape)
+    assert back.dtypes == encoded.dtypes and back.blobs == encoded.blobs
     assert np.array_equal(decode(back), decode(encoded))
+    with pytest.raises(ValueError, match="cut short"):
+        from_bytes(wire[:-3], values.shape)
+    with pytest.raises(ValueError, match="after its"):
+        from_bytes(wire + b"\0", values.shape)

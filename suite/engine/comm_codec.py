@@ -45,49 +45,48 @@ class Encoded:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the payload as sent: ``len(to_bytes(self))``."""
-        return _header_bytes(len(self.blobs)) + sum(len(b) for b in self.blobs)
+        """Bytes on the wire, ``len(to_bytes(self))``: per table its bound, smallest code and
+        code width, then its compressed codes."""
+        header = self.bounds.nbytes + self.offsets.nbytes + len(self.blobs) * 2
+        return header + sum(len(b) for b in self.blobs)
 
 
 _CODE_DTYPES = [np.dtype(t).str for t in (np.uint8, np.uint16, np.uint32, np.uint64)]
 
 
-def _header_bytes(tables: int) -> int:
-    # shape int64[3]; per table: bound float64, offset int64, code dtype uint8, length uint32
-    return 3 * 8 + tables * (8 + 8 + 1 + 4)
-
-
 def to_bytes(encoded: Encoded) -> bytes:
-    """The wire form of ``encoded``: a fixed header, then each table's compressed codes."""
+    """The wire form of ``encoded``: bounds ``float64 [F]``, smallest codes ``int64 [F]``,
+    code widths ``uint16 [F]``, then each table's zlib stream (self-delimiting, so no
+    lengths are sent). The receiver knows the payload's shape."""
     header = [
-        np.asarray(encoded.shape, dtype="<i8").tobytes(),
         np.asarray(encoded.bounds, dtype="<f8").tobytes(),
         np.asarray(encoded.offsets, dtype="<i8").tobytes(),
-        np.asarray([_CODE_DTYPES.index(d) for d in encoded.dtypes], dtype=np.uint8).tobytes(),
-        np.asarray([len(b) for b in encoded.blobs], dtype="<u4").tobytes(),
+        np.asarray([_CODE_DTYPES.index(d) for d in encoded.dtypes], dtype="<u2").tobytes(),
     ]
     return b"".join(header + encoded.blobs)
 
 
-def from_bytes(buffer: bytes | memoryview) -> Encoded:
-    """Inverse of :func:`to_bytes`."""
+def from_bytes(buffer: bytes | memoryview, shape: tuple[int, int, int]) -> Encoded:
+    """Inverse of :func:`to_bytes` for a payload of ``shape`` ``(B, F, D)``."""
     view = memoryview(buffer)
-    shape = tuple(int(v) for v in np.frombuffer(view[:24], dtype="<i8"))
     f = shape[1]
-    at = 24
-    bounds = np.frombuffer(view[at : at + 8 * f], dtype="<f8").astype(np.float64)
-    at += 8 * f
-    offsets = np.frombuffer(view[at : at + 8 * f], dtype="<i8").astype(np.int64)
-    at += 8 * f
-    dtypes = [_CODE_DTYPES[c] for c in np.frombuffer(view[at : at + f], dtype=np.uint8)]
-    at += f
-    lengths = np.frombuffer(view[at : at + 4 * f], dtype="<u4")
-    at += 4 * f
+    bounds = np.frombuffer(view[: 8 * f], dtype="<f8").astype(np.float64)
+    offsets = np.frombuffer(view[8 * f : 16 * f], dtype="<i8").astype(np.int64)
+    widths = np.frombuffer(view[16 * f : 18 * f], dtype="<u2")
+    rest = bytes(view[18 * f :])
     blobs = []
-    for n in lengths:
-        blobs.append(bytes(view[at : at + int(n)]))
-        at += int(n)
-    return Encoded(shape, bounds, offsets, dtypes, blobs)
+    for _ in range(f):
+        stream = zlib.decompressobj()
+        stream.decompress(rest)
+        if not stream.eof:
+            raise ValueError(f"lossy payload: table {len(blobs)} of {f} is cut short")
+        used = len(rest) - len(stream.unused_data)
+        blobs.append(rest[:used])
+        rest = stream.unused_data
+    if rest:
+        raise ValueError(f"lossy payload: {len(rest)} bytes after its {f} tables")
+    dtypes = [_CODE_DTYPES[int(w)] for w in widths]
+    return Encoded(tuple(shape), bounds, offsets, dtypes, blobs)
 
 
 def _narrow(span: int) -> np.dtype:
@@ -294,7 +293,7 @@ def all_to_all_pooled(
     out = np.empty((world, b, f, d), dtype=np.float32)
     at = 0
     for j, n in enumerate(recv_sizes.tolist()):
-        out[j] = decode(from_bytes(buffer[at : at + n]))
+        out[j] = decode(from_bytes(buffer[at : at + n], (b, f, d)))
         at += n
     coded += time.perf_counter() - tick
     wire = sum(len(p) for j, p in enumerate(parts) if j != rank)
