@@ -19,6 +19,7 @@ def result(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     config = tiny_config(task="sharding").with_overrides(
         {
             "task.options.world_sizes": [2, 4],
+            "task.options.measure": False,  # tests/test_sharding_measure.py runs the plans
             "tracking.results_dir": str(out / "results"),
         }
     )

@@ -45,8 +45,48 @@ class Encoded:
 
     @property
     def nbytes(self) -> int:
+        """Bytes on the wire, ``len(to_bytes(self))``: per table its bound, smallest code and
+        code width, then its compressed codes."""
         header = self.bounds.nbytes + self.offsets.nbytes + len(self.blobs) * 2
         return header + sum(len(b) for b in self.blobs)
+
+
+_CODE_DTYPES = [np.dtype(t).str for t in (np.uint8, np.uint16, np.uint32, np.uint64)]
+
+
+def to_bytes(encoded: Encoded) -> bytes:
+    """The wire form of ``encoded``: bounds ``float64 [F]``, smallest codes ``int64 [F]``,
+    code widths ``uint16 [F]``, then each table's zlib stream (self-delimiting, so no
+    lengths are sent). The receiver knows the payload's shape."""
+    header = [
+        np.asarray(encoded.bounds, dtype="<f8").tobytes(),
+        np.asarray(encoded.offsets, dtype="<i8").tobytes(),
+        np.asarray([_CODE_DTYPES.index(d) for d in encoded.dtypes], dtype="<u2").tobytes(),
+    ]
+    return b"".join(header + encoded.blobs)
+
+
+def from_bytes(buffer: bytes | memoryview, shape: tuple[int, int, int]) -> Encoded:
+    """Inverse of :func:`to_bytes` for a payload of ``shape`` ``(B, F, D)``."""
+    view = memoryview(buffer)
+    f = shape[1]
+    bounds = np.frombuffer(view[: 8 * f], dtype="<f8").astype(np.float64)
+    offsets = np.frombuffer(view[8 * f : 16 * f], dtype="<i8").astype(np.int64)
+    widths = np.frombuffer(view[16 * f : 18 * f], dtype="<u2")
+    rest = bytes(view[18 * f :])
+    blobs = []
+    for _ in range(f):
+        stream = zlib.decompressobj()
+        stream.decompress(rest)
+        if not stream.eof:
+            raise ValueError(f"lossy payload: table {len(blobs)} of {f} is cut short")
+        used = len(rest) - len(stream.unused_data)
+        blobs.append(rest[:used])
+        rest = stream.unused_data
+    if rest:
+        raise ValueError(f"lossy payload: {len(rest)} bytes after its {f} tables")
+    dtypes = [_CODE_DTYPES[int(w)] for w in widths]
+    return Encoded(tuple(shape), bounds, offsets, dtypes, blobs)
 
 
 def _narrow(span: int) -> np.dtype:
@@ -168,3 +208,93 @@ class CommCodec(nn.Module):
             "comm_codec_seconds": s.seconds,
             "comm_max_bound_excess": s.max_bound_excess,
         }
+
+
+@dataclass
+class ExchangeStats:
+    """One all-to-all of pooled embeddings, as this rank saw it."""
+
+    raw_bytes: int  # float32 bytes this rank sends to the other ranks
+    wire_bytes: int  # bytes it actually sends to them (codes and headers included)
+    codec_seconds: float  # encode before and decode after
+    comm_seconds: float  # the collectives (for ``lossy`` also the size exchange)
+
+
+def all_to_all_pooled(
+    pooled: torch.Tensor,
+    codec: str,
+    relative_bound: float = 0.01,
+    level: int = 1,
+    group: object = None,
+    sync: bool = False,
+) -> tuple[torch.Tensor, ExchangeStats]:
+    """Send this rank's pooled embeddings across ranks with ``all_to_all_single``.
+
+    ``pooled`` is ``[W * B, F, D]`` float32: the lookups of this rank's tables for the
+    global batch; rows ``j*B:(j+1)*B`` go to rank ``j`` (the model-parallel to
+    data-parallel all-to-all). Every rank sends the same shape. ``codec`` is ``none``
+    (float32), ``fp16``, ``bf16`` (a cast each way) or ``lossy`` (:func:`encode` with
+    ``relative_bound`` of each table's range over the whole local payload, sent as
+    :func:`to_bytes` with uneven splits). ``sync`` waits for every rank to finish
+    encoding before the clock of the collectives starts (so that their time is the
+    transfer's, not a wait for a slower encoder). Returns what this rank received and
+    decoded, ``[W, B, F, D]`` float32 (index: source rank), and the exchange's figures.
+    """
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    rows, f, d = pooled.shape
+    if rows % world:
+        raise ValueError(f"pooled rows {rows} do not split evenly over {world} ranks")
+    b = rows // world
+    raw = (world - 1) * b * f * d * 4
+    if codec in ("none", "fp16", "bf16"):
+        dtype = {"none": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[codec]
+        tick = time.perf_counter()
+        send = pooled.detach().to(torch.float32).to(dtype).contiguous()
+        coded = time.perf_counter() - tick
+        recv = torch.empty_like(send)
+        if sync:
+            dist.barrier(group)
+        tick = time.perf_counter()
+        dist.all_to_all_single(recv, send, group=group)
+        comm = time.perf_counter() - tick
+        tick = time.perf_counter()
+        out = recv.to(torch.float32).reshape(world, b, f, d)
+        coded += time.perf_counter() - tick
+        wire = (world - 1) * b * f * d * send.element_size()
+        return out, ExchangeStats(raw, wire, coded, comm)
+    if codec != "lossy":
+        raise ValueError(f"codec {codec!r}: expected one of none, fp16, bf16, lossy")
+    tick = time.perf_counter()
+    values = pooled.detach().float().cpu().numpy()
+    bounds = table_bounds(values, relative_bound)
+    parts = [to_bytes(encode(values[j * b : (j + 1) * b], bounds, level)) for j in range(world)]
+    send = torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)
+    coded = time.perf_counter() - tick
+    if sync:
+        dist.barrier(group)
+    tick = time.perf_counter()
+    send_sizes = torch.tensor([len(p) for p in parts], dtype=torch.int64)
+    recv_sizes = torch.empty_like(send_sizes)
+    dist.all_to_all_single(recv_sizes, send_sizes, group=group)
+    recv = torch.empty(int(recv_sizes.sum()), dtype=torch.uint8)
+    dist.all_to_all_single(
+        recv,
+        send,
+        output_split_sizes=recv_sizes.tolist(),
+        input_split_sizes=send_sizes.tolist(),
+        group=group,
+    )
+    comm = time.perf_counter() - tick
+    tick = time.perf_counter()
+    buffer = recv.numpy().tobytes()
+    out = np.empty((world, b, f, d), dtype=np.float32)
+    at = 0
+    for j, n in enumerate(recv_sizes.tolist()):
+        out[j] = decode(from_bytes(buffer[at : at + n], (b, f, d)))
+        at += n
+    coded += time.perf_counter() - tick
+    wire = sum(len(p) for j, p in enumerate(parts) if j != rank)
+    return torch.from_numpy(out), ExchangeStats(raw, wire, coded, comm)

@@ -18,6 +18,7 @@ populations a user asks about.
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,7 @@ from suite.config import Frozen
 from suite.registry import TASKS
 from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
+from suite.tasks.sharding_measure import draw_measured, measure_plans, print_measured, summarize
 
 PLANNERS = ("torchrec", "size-greedy", "lookup-greedy", "random")
 
@@ -48,6 +50,14 @@ class ShardingOptions(Frozen):
         default_factory=lambda: list(PLANNERS), min_length=1
     )
     plot: bool = True
+    measure: bool = Field(
+        True, description="run each plan at measure_world on this machine (gloo, DMP) and clock it"
+    )
+    measure_world: int = Field(2, ge=2, le=8, description="processes of the measured run")
+    measure_steps: int = Field(10, ge=1, description="clocked steps per plan (after 2 warm-up)")
+    measure_max_rows: int = Field(
+        100_000, ge=1, description="measured run: tables shrunk to at most this many rows"
+    )
 
 
 def table_rows(ctx: RunContext, options: ShardingOptions) -> list[int]:
@@ -193,6 +203,7 @@ def score(plan: list, world: int, topology: Any, options: ShardingOptions) -> di
                 "sharding_type": option.sharding_type,
                 "kernel": option.compute_kernel,
                 "ranks": sorted(set(ranks)),
+                "shard_ranks": ranks,
                 "bytes": int(sum(s.storage.hbm + s.storage.ddr for s in option.shards)),
                 "cost": float(sum(s.perf.total for s in option.shards)),
             }
@@ -232,6 +243,13 @@ class ShardingTask(Task):
         MetricSpec("*/imbalance", False, "{} imbalance", "max/mean", "ratio", shown=True),
         MetricSpec("*/max_rank_gib", False, "{} max rank memory", "GiB", "ratio", shown=True),
         MetricSpec("*/fits", True, "{} fits", kind="count", bounds=(0, 1)),
+        MetricSpec("*/measured_imbalance", False, "{} measured imbalance", "max/mean", "measured"),
+        MetricSpec("*/measured_max_ms", False, "{} slowest rank measured", "ms/step", "measured"),
+        MetricSpec("*/step_ms", False, "{} DMP embedding step", "ms/step", "measured"),
+        MetricSpec("*/rank*/measured_ms", False, "{} rank {} measured", "ms/step", "measured"),
+        MetricSpec(
+            "*/rank*/estimated_cost", False, "{} rank {} estimated", "ms/iteration", "ratio"
+        ),
     )
 
     Options = ShardingOptions
@@ -272,15 +290,81 @@ class ShardingTask(Task):
             "cost_unit": "TorchRec EmbeddingPerfEstimator total (ms per iteration)",
         }
         print_plans(results)
+        out = (
+            Path(ctx.config.tracking.results_dir)
+            / "plots"
+            / "sharding"
+            / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
+        )
         if options.plot:
-            out = (
-                Path(ctx.config.tracking.results_dir)
-                / "plots"
-                / "sharding"
-                / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
-            )
             details["plots"] = [str(draw_sharding(results, out))]
+        if options.measure:
+            world = options.measure_world
+            plans = results.get(world) or plan_world(
+                rows, dim, world, options, batch, ctx.config.seed
+            )
+            measured = measure(ctx, options, plans, rows, dim, batch)
+            details["measured"] = measured
+            for planner, s in measured["plans"].items():
+                key = f"{planner}/w{world}"
+                metrics[f"{key}/measured_imbalance"] = s["measured_imbalance"]
+                metrics[f"{key}/measured_max_ms"] = s["measured_max_ms"]
+                metrics[f"{key}/step_ms"] = s["step_ms"]
+                for r, (ms, est) in enumerate(
+                    zip(s["rank_compute_ms"], s["rank_estimated_cost"], strict=True)
+                ):
+                    metrics[f"{key}/rank{r}/measured_ms"] = ms
+                    metrics[f"{key}/rank{r}/estimated_cost"] = est
+            if options.plot:
+                details.setdefault("plots", []).append(
+                    str(draw_measured(measured["plans"], out, world))
+                )
         return TaskOutput(metrics, higher, details)
+
+
+def measure(
+    ctx: RunContext,
+    options: ShardingOptions,
+    plans: dict[str, dict[str, Any]],
+    rows: list[int],
+    dim: int,
+    batch: int,
+) -> dict[str, Any]:
+    """Run the plans that fit at ``measure_world`` for real and set them beside their estimates."""
+    world = options.measure_world
+    runnable = {p: f["tables"] for p, f in plans.items() if "tables" in f}
+    capped = sum(r > options.measure_max_rows for r in rows)
+    note = (
+        f"Measured at world size {world} on this machine (gloo, CPU, fbgemm kernels, "
+        f"{batch} samples per rank, median of {options.measure_steps} steps); "
+        f"{capped} of {len(rows)} tables shrunk to {options.measure_max_rows:,} rows. "
+        f"Estimated cost: TorchRec's estimate for a {options.compute_device} rank."
+    )
+    train = ctx.data.split("train")
+    if ctx.config.train.progress:
+        print(f"measuring {len(runnable)} plans on {world} gloo processes...", file=sys.stderr)
+    figures = measure_plans(
+        runnable,
+        rows,
+        dim,
+        batch,
+        train.sparse,
+        len(ctx.data.schema.cardinalities),
+        world=world,
+        steps=options.measure_steps,
+        max_rows=options.measure_max_rows,
+    )
+    summary = summarize(figures, plans)
+    print_measured(summary, note)
+    return {
+        "world": world,
+        "row_cap": options.measure_max_rows,
+        "capped_tables": capped,
+        "batch_size_per_rank": batch,
+        "steps": options.measure_steps,
+        "note": note,
+        "plans": summary,
+    }
 
 
 def print_plans(results: dict[int, dict[str, dict[str, Any]]]) -> None:
