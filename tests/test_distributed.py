@@ -157,3 +157,17 @@ def test_row_wise_and_column_wise_plans_run(isolated: Path) -> None:
     assert {t["type"] for t in row_wise} == {"row_wise"}
     assert all(t["ranks"] == [0, 1] for t in row_wise)
     assert abs(result["metrics"]["test_auc"] - single_auc) <= 1e-3
+
+
+def test_half_precision_codec_goes_through_torchrec_quantized_all_to_all(isolated: Path) -> None:
+    config_path, single_auc = _one_process(isolated, ["comm.codec=bf16"])
+    out = isolated / "dist.json"
+    stdout = _distributed(isolated, config_path, ["--no-tracking"], out)
+    result = json.loads(out.read_text())
+    # gloo has no bf16 collectives: TorchRec sends fp16 on CPU, and the plan says so
+    assert result["details"]["sharding_plan"]["all_to_all"].startswith(
+        "TorchRec quantized comms, fp16"
+    )
+    assert "embedding all-to-all: TorchRec quantized comms, fp16" in stdout
+    assert 0.0 < result["metrics"]["test_auc"] < 1.0
+    assert "comm_wire_bytes" not in result["metrics"], "no simulated codec on top of the wire"

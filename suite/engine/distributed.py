@@ -275,8 +275,21 @@ def restore(model: ShardedRecModel, saved: dict[str, list[torch.Tensor]]) -> Non
             target.copy_(value)
 
 
-def _sharder() -> Any:
+def wire_precision(codec: str, device: torch.device) -> str | None:
+    """The precision TorchRec's quantized all-to-all sends for ``comm.codec`` (``None``:
+    not TorchRec's; gloo has no bf16 collectives, so bf16 goes as fp16 on CPU)."""
+    if codec not in ("fp16", "bf16"):
+        return None
+    return "fp16" if codec == "bf16" and device.type != "cuda" else codec
+
+
+def _sharder(precision: str | None, device: torch.device) -> Any:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.fbgemm_qcomm_codec import (
+        CommType,
+        QCommsConfig,
+        get_qcomm_codecs_registry,
+    )
 
     class Sharder(EmbeddingBagCollectionSharder):
         """TorchRec's sharder offering row-wise shards on CPU too (fbgemm's CPU
@@ -285,7 +298,13 @@ def _sharder() -> Any:
         def sharding_types(self, compute_device_type: str) -> list[str]:
             return list(SHARDING_TYPES)
 
-    return Sharder()
+    if precision is None:
+        return Sharder()
+    kind = CommType(precision)
+    registry = get_qcomm_codecs_registry(
+        QCommsConfig(forward_precision=kind, backward_precision=kind), device=device
+    )
+    return Sharder(qcomm_codecs_registry=registry)
 
 
 def _optimizer_in_backward(tables: nn.Module, config: RunConfig) -> None:
@@ -423,7 +442,10 @@ def shard_model(
 
     set_gradient_division(True)  # what the loss scaling above relies on (TorchRec's default)
     _optimizer_in_backward(sharded.ebc, config)
-    sharder = _sharder()
+    precision = wire_precision(config.comm.codec, device)
+    if precision is not None:  # the real all-to-all carries it: no simulated payload codec
+        model.payload = None
+    sharder = _sharder(precision, device)
     planner = EmbeddingShardingPlanner(
         topology=Topology(
             world_size=parallel.world,
@@ -442,6 +464,13 @@ def shard_model(
     opt = {"rowwise_adagrad": lambda n, d: n, "adagrad": lambda n, d: n * d, "sgd": lambda n, d: 0}
     floats = [opt[config.train.sparse_optimizer](n, d) for n, d in zip(rows, dims, strict=True)]
     summary = _plan_summary(plan, names, rows, dims, parallel.world, planner, floats)
+    summary["all_to_all"] = (
+        f"TorchRec quantized comms, {precision} forward and backward"
+        if precision
+        else f"fp32 (comm.codec={config.comm.codec}: simulated on the pooled embeddings)"
+        if config.comm.codec != "none"
+        else "fp32"
+    )
     return ShardedRecModel(dmp, model, summary)
 
 
@@ -470,4 +499,5 @@ def format_plan(plan: dict[str, Any]) -> str:
         ],
         headers=["rank", "table bytes", "estimated cost (ms/step)"],
     )
-    return f"sharding plan over {plan['world_size']} ranks\n{tables}\n\n{ranks}\n"
+    wire = f"embedding all-to-all: {plan['all_to_all']}\n" if "all_to_all" in plan else ""
+    return f"sharding plan over {plan['world_size']} ranks\n{tables}\n\n{ranks}\n{wire}"
