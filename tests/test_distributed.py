@@ -171,3 +171,27 @@ def test_half_precision_codec_goes_through_torchrec_quantized_all_to_all(isolate
     assert "embedding all-to-all: TorchRec quantized comms, fp16" in stdout
     assert 0.0 < result["metrics"]["test_auc"] < 1.0
     assert "comm_wire_bytes" not in result["metrics"], "no simulated codec on top of the wire"
+
+
+def test_methods_that_cannot_shard_are_refused_before_any_process_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from suite.cli import main
+
+    code = main(["run", "--embedding", "fiited", "--nproc-per-node", "2", "--no-tracking"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [
+        "error: embedding.name=fiited cannot run sharded: its storage is not table-batched "
+        "physical tables (sharded methods: full, hash, qr, mixed_dim)"
+    ]
+
+
+def test_tables_are_named_after_their_features() -> None:
+    from suite.embeddings.base import EmbeddingContext
+    from suite.embeddings.qr import QREmbedding
+    from suite.engine.distributed import table_names
+
+    context = EmbeddingContext(cardinalities=[5, 1000], device=torch.device("cpu"), seed=0)
+    method = QREmbedding(QREmbedding.Options(threshold=10), context)
+    assert table_names(method, ["C1", "C2"]) == ["C1", "C2_0", "C2_1"]

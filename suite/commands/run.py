@@ -64,7 +64,11 @@ def handle(args: argparse.Namespace) -> int:
                 raise ConfigError(
                     "--nproc-per-node runs one seed from its start: drop --seeds / --repeats / --resume"
                 )
+            from suite.engine.distributed import Parallel
             from suite.runs.launch import relaunch
+            from suite.runs.single import check_distributed
+
+            check_distributed(config, Parallel(0, args.nproc_per_node))
 
             return relaunch(args.argv, args.nproc_per_node)
     if args.print_config:

@@ -131,7 +131,7 @@ def _quiet_torchrec() -> None:
 
 def table_names(method: ComposedEmbedding, features: list[str]) -> list[str]:
     """One name per physical table: the feature's when a table is a feature's only table,
-    else ``<feature>.<k>`` (``k`` counting that feature's tables)."""
+    else ``<feature>_<k>`` (``k`` counting that feature's tables)."""
     count = len(method.tables.rows)
     sources = getattr(method.transform, "source", None)
     owner = sources.tolist() if isinstance(sources, torch.Tensor) else list(range(count))
@@ -143,7 +143,7 @@ def table_names(method: ComposedEmbedding, features: list[str]) -> list[str]:
         feature = features[owner[t]] if owner[t] < len(features) else f"t{t}"
         k = seen.get(owner[t], 0)
         seen[owner[t]] = k + 1
-        names.append(feature if owner.count(owner[t]) == 1 else f"{feature}.{k}")
+        names.append(feature if owner.count(owner[t]) == 1 else f"{feature}_{k}")
     return names
 
 
@@ -409,17 +409,24 @@ def _plan_summary(
     }
 
 
+def check_shardable(config: RunConfig) -> None:
+    """Refuse, in one line, an embedding method whose tables cannot be sharded."""
+    method = config.embedding.registry.get(config.embedding.name)
+    if not issubclass(method, ComposedEmbedding):
+        raise ConfigError(
+            f"embedding.name={config.embedding.name} cannot run sharded: its storage is not "
+            "table-batched physical tables (sharded methods: full, hash, qr, mixed_dim)"
+        )
+
+
 def shard_model(
     model: RecModel, config: RunConfig, parallel: Parallel, features: list[str]
 ) -> ShardedRecModel:
     """``model`` (built as for one process, same seed) with its physical tables sharded
     over the job's ranks by TorchRec's planner under ``config.sharding``; starts from the
     same values as ``model``."""
-    if not isinstance(model.embedding, ComposedEmbedding):
-        raise ConfigError(
-            f"embedding.name={config.embedding.name} cannot run sharded: its storage is not "
-            "table-batched physical tables (sharded methods: full, hash, qr, mixed_dim)"
-        )
+    check_shardable(config)
+    assert isinstance(model.embedding, ComposedEmbedding)
     tables = model.embedding.tables
     if tables.bag_tables:
         raise ConfigError(
