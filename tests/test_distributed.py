@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from suite.data.loader import BatchLoader
 from suite.data.prepared import SplitArrays
-from suite.engine.distributed import Parallel, constraints
+from suite.engine.distributed import constraints
+from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
 from suite.runs.launch import torchrun_command, without_nproc
 from suite.runs.single import check_distributed, execute

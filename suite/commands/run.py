@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.nproc_per_node is not None and not args.print_config:
-        from suite.engine.distributed import launched_by_torchrun
+        from suite.engine.parallel import launched_by_torchrun
 
         if not launched_by_torchrun():
             if args.nproc_per_node < 1:
@@ -64,7 +64,7 @@ def handle(args: argparse.Namespace) -> int:
                 raise ConfigError(
                     "--nproc-per-node runs one seed from its start: drop --seeds / --repeats / --resume"
                 )
-            from suite.engine.distributed import Parallel
+            from suite.engine.parallel import Parallel
             from suite.runs.launch import relaunch
             from suite.runs.single import check_distributed
 

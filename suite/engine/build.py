@@ -12,7 +12,7 @@ from suite.config import RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.embeddings.base import EmbeddingContext
 from suite.engine.comm_codec import CommCodec
-from suite.engine.distributed import Parallel
+from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
 from suite.models.base import RecModel
 

@@ -18,16 +18,15 @@ import logging
 import math
 import os
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from suite.config import RunConfig, ShardingConfig
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
 from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE
+from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
 from suite.models.base import RecModel
 
@@ -36,90 +35,6 @@ SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "ta
 table per rank) is left out: its tables lose the fused sparse optimizer when sharded
 (TorchRec 1.8 drops the in-backward optimizer of replicated tables), so they would not
 train."""
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """This process's place among ``world`` ranks of one ``torch.distributed`` job."""
-
-    rank: int
-    world: int
-
-    @property
-    def leader(self) -> bool:
-        """Rank 0: the one that writes MLflow and results."""
-        return self.rank == 0
-
-    def astuple(self) -> tuple[int, int]:
-        return self.rank, self.world
-
-    def part_sizes(self, rows: int) -> list[int]:
-        """Real rows of each rank's part of a global batch of ``rows`` rows (the parts
-        :class:`~suite.data.loader.BatchLoader` cuts with ``part``)."""
-        size = -(-rows // self.world)
-        return [max(0, min(size, rows - r * size)) for r in range(self.world)]
-
-    def sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum of ``values`` over the ranks (float64)."""
-        import torch.distributed as dist
-
-        tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor)
-        return tensor.tolist()
-
-    def gather_parts(self, local: np.ndarray, n: int, batch: int) -> np.ndarray:
-        """The ``[n]`` values of a split read in global batches of ``batch`` rows, from
-        each rank's ``local`` values of its parts (in batch order), on every rank."""
-        import torch.distributed as dist
-
-        sizes = [self.part_sizes(min(batch, n - start)) for start in range(0, n, batch)]
-        longest = max((sum(s[r] for s in sizes) for r in range(self.world)), default=0)
-        padded = torch.zeros(longest, dtype=torch.float32)
-        padded[: len(local)] = torch.from_numpy(np.ascontiguousarray(local, dtype=np.float32))
-        gathered = [torch.empty_like(padded) for _ in range(self.world)]
-        dist.all_gather(gathered, padded)
-        arrays = [g.numpy() for g in gathered]
-        out = np.empty(n, dtype=np.float32)
-        offsets, at = [0] * self.world, 0
-        for part in sizes:
-            for r, count in enumerate(part):
-                out[at : at + count] = arrays[r][offsets[r] : offsets[r] + count]
-                offsets[r] += count
-                at += count
-        return out
-
-    def barrier(self) -> None:
-        import torch.distributed as dist
-
-        dist.barrier()
-
-
-def launched_by_torchrun() -> bool:
-    """Whether this process is a rank of a ``torchrun`` job (its environment says so)."""
-    return "TORCHELASTIC_RUN_ID" in os.environ or (
-        "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
-    )
-
-
-def join_process_group(device: torch.device) -> Parallel | None:
-    """Join the job ``torchrun`` started (gloo on CPU, NCCL on CUDA); ``None`` outside one."""
-    if not launched_by_torchrun():
-        return None
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if device.type == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend)
-    return Parallel(dist.get_rank(), dist.get_world_size())
-
-
-def leave_process_group() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _quiet_torchrec() -> None:

@@ -16,7 +16,8 @@ from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
 from suite.engine.checkpoint import Checkpointer, LoopState
-from suite.engine.distributed import Parallel, restore, snapshot
+from suite.engine.distributed import restore, snapshot
+from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel

@@ -16,12 +16,8 @@ from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
 from suite.engine.checkpoint import remove_checkpoints, run_checkpoints
-from suite.engine.distributed import (
-    Parallel,
-    check_shardable,
-    join_process_group,
-    leave_process_group,
-)
+from suite.engine.distributed import check_shardable
+from suite.engine.parallel import Parallel, join_process_group, leave_process_group
 from suite.environment import environment
 from suite.errors import ConfigError, SuiteError
 from suite.models.base import RecModel

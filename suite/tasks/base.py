@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from suite.config import NoOptions, RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.engine.checkpoint import Checkpointer
-from suite.engine.distributed import Parallel
+from suite.engine.parallel import Parallel
 from suite.models.base import RecModel
 from suite.results import MetricSpec, find_metric
 

@@ -303,7 +303,7 @@ class ShardingTask(Task):
             plans = results.get(world) or plan_world(
                 rows, dim, world, options, batch, ctx.config.seed
             )
-            measured = measure(ctx, options, plans, rows, dim, batch)
+            measured = clock_plans(ctx, options, plans, rows, dim, batch)
             details["measured"] = measured
             for planner, s in measured["plans"].items():
                 key = f"{planner}/w{world}"
@@ -322,7 +322,7 @@ class ShardingTask(Task):
         return TaskOutput(metrics, higher, details)
 
 
-def measure(
+def clock_plans(
     ctx: RunContext,
     options: ShardingOptions,
     plans: dict[str, dict[str, Any]],
