@@ -196,7 +196,19 @@ def test_fresh_run_over_earlier_checkpoints_is_refused(tmp_path: Path) -> None:
     resumed.close()
 
 
-def test_a_method_that_cannot_checkpoint_says_so_in_one_line(tmp_path: Path) -> None:
+def without_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every registered method checkpoints now: FIITED stands for one that does not (a
+    new method that has not implemented checkpoint_state())."""
+    from suite.embeddings.base import EmbeddingMethod
+    from suite.embeddings.fiited import FiitedEmbedding
+
+    monkeypatch.setattr(FiitedEmbedding, "checkpoint_state", EmbeddingMethod.checkpoint_state)
+
+
+def test_a_method_that_cannot_checkpoint_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    without_checkpoints(monkeypatch)
     config = tiny_config(embedding="fiited", overrides=["train.max_steps=4"])
     data = get_prepared(config.dataset, progress=False)
     model = build_model(config, data)

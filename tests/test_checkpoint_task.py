@@ -43,9 +43,13 @@ def test_checkpoint_task_reports_bytes_and_restored_accuracy(isolated: Path) -> 
         assert Path(plot).is_file() and Path(plot).with_suffix(".pdf").is_file()
 
 
-def test_checkpoint_task_refuses_a_method_that_cannot_checkpoint() -> None:
+def test_checkpoint_task_refuses_a_method_that_cannot_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from suite.runs.single import preflight
+    from tests.test_checkpoint import without_checkpoints
 
+    without_checkpoints(monkeypatch)
     with pytest.raises(ConfigError, match="fiited cannot be checkpointed yet"):
         preflight(tiny_config(task="checkpoint", embedding="fiited"))
     with pytest.raises(ConfigError, match="bit widths among 8, 4, 2"):
