@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from suite.config import RunConfig
-from suite.embeddings.base import supports_checkpoints
+from suite.embeddings.base import EmbeddingMethod, supports_checkpoints
 from suite.errors import SuiteError
 from suite.models.base import RecModel
 
@@ -406,6 +406,11 @@ class CheckpointInfo:
     step: int
     bytes: int
     embedding_bytes: int
+    """The embedding's tensors: weights (quantized or not), their row-wise optimizer state,
+    row ids of an increment, index maps."""
+    weight_bytes: int
+    """The embedding weights alone (what quantization shrinks): codes, scales and minimums
+    of a quantized checkpoint."""
     seconds: float
     rows_fraction: float
     path: str
@@ -551,6 +556,7 @@ class Checkpointer:
         emb_bytes = sum(
             _tensor_bytes(v) for k, v in tensors.items() if k.startswith(("embedding.", "rows."))
         )
+        weight_bytes = sum(_tensor_bytes(v) for k, v in tensors.items() if _is_weight(k, groups))
         self._account(kind, nbytes)
         if self.tracker is not None:
             self.tracker.reset()
@@ -564,6 +570,7 @@ class Checkpointer:
             loop.step,
             nbytes,
             emb_bytes,
+            weight_bytes,
             time.perf_counter() - started,
             fraction,
             str(path),
@@ -810,6 +817,52 @@ def _row_group(name: str, groups: dict[str, int]) -> str | None:
     key = name.removeprefix("embedding.")
     group = key.rsplit(".", 1)[0]
     return group if group in groups else None
+
+
+def _is_weight(name: str, groups: dict[str, int]) -> bool:
+    """Whether ``name`` is (a quantized part of) an embedding weight of a row group."""
+    base = name.split(".q.", 1)[0]
+    return (
+        base.startswith("embedding.")
+        and base.endswith(".weight")
+        and _row_group(base, groups) is not None
+    )
+
+
+def quantized_row_bytes(dim: int, bits: int) -> int:
+    """Bytes of one ``dim``-wide row quantized by :func:`quantize_rows`: packed codes plus
+    a float16 scale and minimum."""
+    return math.ceil(dim * bits / 8) + 4
+
+
+def quantization_bound(embedding: EmbeddingMethod, bits: int) -> dict[str, float]:
+    """What a ``bits``-bit checkpoint can at most save on ``embedding``, by arithmetic:
+    per row, ``4 * dim`` bytes of float32 weights become :func:`quantized_row_bytes`, while
+    the row-wise optimizer state (fbgemm's row-wise Adagrad: one float32 per row) and
+    other tensors stay exact. ``weight_bound``: full / quantized bytes of the weights
+    alone; ``embedding_bound``: of everything the embedding writes (a full, not
+    incremental, checkpoint); ``dim``: rows-weighted mean width of the weights; and
+    ``other_bytes_per_row``: the exact bytes beside each row's weights."""
+    groups = embedding.checkpoint_row_groups()
+    full_w = quant_w = other = rows = width = 0
+    for name, tensor in embedding.checkpoint_state().items():
+        key = f"embedding.{name}"
+        if _is_weight(key, groups) and tensor.ndim == 2 and tensor.is_floating_point():
+            full_w += _tensor_bytes(tensor)
+            quant_w += tensor.shape[0] * quantized_row_bytes(int(tensor.shape[1]), bits)
+            rows += tensor.shape[0]
+            width += tensor.shape[0] * tensor.shape[1]
+        else:
+            other += _tensor_bytes(tensor)
+    if not rows:
+        nan = float("nan")
+        return {"weight_bound": nan, "embedding_bound": nan, "dim": nan, "other_bytes_per_row": nan}
+    return {
+        "weight_bound": full_w / quant_w,
+        "embedding_bound": (full_w + other) / (quant_w + other),
+        "dim": width / rows,
+        "other_bytes_per_row": other / rows,
+    }
 
 
 def _rows_only(
