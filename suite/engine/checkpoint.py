@@ -33,8 +33,13 @@ Check-N-Run, as here:
   stand-in for the paper's history-based choice of when to take a new baseline), which
   bounds restore cost; ``max_increments`` caps the chain too.
 - **Quantized**: embedding weights are written row-wise uniform asymmetric at 8, 4 or 2
-  bits (per row a float16 scale and minimum; codes packed into bytes); optimizer state
-  and dense layers stay exact. :func:`adaptive_bits` picks the bit width from the
+  bits (per row a float16 scale and minimum, as fbgemm's n-bit rows; codes packed into
+  bytes); at 4 bits and below each row's range is first searched greedily (Check-N-Run's
+  adaptive asymmetric quantization, the search of Guan et al. 2019 with fbgemm's 200 bins
+  and 16% cut), which clips outliers where that lowers the row's error. As in the paper,
+  only embedding vectors are quantized: their row-wise optimizer state and the dense
+  layers stay exact, so at dim ``D`` a row's ``4 D + 4`` bytes become ``D bits / 8 + 8``
+  (see :func:`quantization_bound`). :func:`adaptive_bits` picks the bit width from the
   expected number of restores, since each restore from a quantized checkpoint adds its
   quantization error again.
 """
@@ -145,14 +150,77 @@ def adaptive_bits(
 # ---------------------------------------------------------------- quantization
 
 
-def quantize_rows(x: torch.Tensor, bits: int) -> dict[str, torch.Tensor]:
-    """Row-wise uniform asymmetric quantization of ``x [R, D]``: ``codes [R, ceil(D*bits/8)]``
-    uint8 (``8 // bits`` codes per byte), ``scale [R]`` and ``minimum [R]`` float16."""
-    x = x.detach().float().cpu()
+GREEDY_BINS = 200
+GREEDY_RATIO = 0.16
+GREEDY_BLOCK_VALUES = 1 << 18
+ADAPTIVE_MAX_BITS = 4
+"""Bit widths at and below which quantization searches each row's range (Check-N-Run's
+adaptive asymmetric quantization); wider ones use the row's min and max."""
+
+
+def _range_loss(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, levels: int) -> torch.Tensor:
+    """Squared error per row of ``x [R, D]`` quantized to ``levels`` steps on ``[lo, hi]``
+    (clipped outside it), with the float16 scale and minimum the checkpoint stores."""
+    lo16 = lo.half().float()
+    span = hi - lo16
+    scale = torch.where(span > 0, span / levels, torch.ones_like(span)).half().float()
+    shifted = x - lo16[:, None]
+    err = (shifted / scale[:, None]).round_().clamp_(0, levels).mul_(scale[:, None]).sub_(shifted)
+    return torch.einsum("rd,rd->r", err, err)
+
+
+def greedy_range(
+    x: torch.Tensor, bits: int, bins: int = GREEDY_BINS, ratio: float = GREEDY_RATIO
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``x [R, D]`` the clipping range ``(lo [R], hi [R])`` of Check-N-Run's
+    adaptive asymmetric quantization, the greedy search of Guan et al. (arXiv 1911.02079):
+    from ``[min, max]``, move the end whose ``1 / bins`` step inward lowers the error more,
+    until at most ``ratio`` of the range is cut; keep the lowest-error local optimum met
+    on the way (``[min, max]`` when there is none). ``bins`` and ``ratio`` are fbgemm's."""
+    block = max(1, GREEDY_BLOCK_VALUES // max(1, x.shape[1]))
+    if x.shape[0] > block:  # blocks that stay in cache: the search is memory-bound
+        parts = [greedy_range(b, bits, bins, ratio) for b in x.split(block)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     levels = (1 << bits) - 1
     lo, hi = x.min(dim=1).values, x.max(dim=1).values
-    scale = ((hi - lo) / levels).half()
-    lo16 = lo.half()
+    step = (hi - lo) / bins
+    floor = step * (bins * (1 - ratio))
+    cur_lo, cur_hi = lo.clone(), hi.clone()
+    cur = _range_loss(x, lo, hi, levels)
+    best = torch.full_like(cur, math.inf)
+    best_lo, best_hi = lo.clone(), hi.clone()
+    active = cur_lo + floor < cur_hi  # every row with a range takes the same ~bins*ratio steps
+    while bool(active.any()):
+        left = _range_loss(x, cur_lo + step, cur_hi, levels)
+        right = _range_loss(x, cur_lo, cur_hi - step, levels)
+        optimum = active & (cur < left) & (cur < right) & (cur < best)
+        best = torch.where(optimum, cur, best)
+        best_lo = torch.where(optimum, cur_lo, best_lo)
+        best_hi = torch.where(optimum, cur_hi, best_hi)
+        go_left = active & (left < right)
+        go_right = active & ~(left < right)
+        cur_lo = torch.where(go_left, cur_lo + step, cur_lo)
+        cur_hi = torch.where(go_right, cur_hi - step, cur_hi)
+        cur = torch.where(go_left, left, torch.where(go_right, right, cur))
+        active &= cur_lo + floor < cur_hi
+    return best_lo, best_hi
+
+
+def quantize_rows(
+    x: torch.Tensor, bits: int, adaptive: bool | None = None
+) -> dict[str, torch.Tensor]:
+    """Row-wise uniform asymmetric quantization of ``x [R, D]``: ``codes [R, ceil(D*bits/8)]``
+    uint8 (``8 // bits`` codes per byte), ``scale [R]`` and ``minimum [R]`` float16.
+    ``adaptive`` (default: at ``ADAPTIVE_MAX_BITS`` bits and below) quantizes each row on
+    its :func:`greedy_range` instead of its min and max, clipping what falls outside."""
+    x = x.detach().float().cpu()
+    levels = (1 << bits) - 1
+    if adaptive if adaptive is not None else bits <= ADAPTIVE_MAX_BITS:
+        lo, hi = greedy_range(x, bits)
+    else:
+        lo, hi = x.min(dim=1).values, x.max(dim=1).values
+    lo16 = lo.half()  # the scale spans from the stored minimum, as fbgemm's n-bit rows
+    scale = ((hi - lo16.float()).clamp_(min=0) / levels).half()
     safe = torch.where(scale.float() > 0, scale.float(), torch.ones_like(lo))
     codes = ((x - lo16.float()[:, None]) / safe[:, None]).round_().clamp_(0, levels).to(torch.uint8)
     per_byte = 8 // bits
