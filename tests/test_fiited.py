@@ -376,3 +376,28 @@ def test_checkpoint_restores_the_whole_store(tmp_path, incremental: bool) -> Non
     assert restored.embedding.events == reference.embedding.events
     assert restored.embedding.memory_history == reference.embedding.memory_history
     check_storage(restored.embedding)
+
+
+def test_checkpoint_task_runs_on_fiited() -> None:
+    """Every kind restores FIITED exactly: its store has no row groups (incremental
+    checkpoints write it whole) and no embedding weights a row-wise quantizer could take."""
+    config = tiny_config(
+        embedding="fiited",
+        task="checkpoint",
+        overrides=[
+            *FIITED_RUN[:2],
+            "train.max_steps=24",
+            "task.options.interval_steps=6",
+            "task.options.bits=[4]",
+            "task.options.combined_bits=[4]",
+            "task.options.plot=false",
+        ],
+    )
+    result = execute(config)
+    m = result.metrics
+    for kind in ("full", "incremental", "4-bit", "incremental-4-bit"):
+        assert m[f"{kind}_checkpoints"] == 4
+        assert m[f"{kind}_auc_cost"] == 0.0, kind
+        assert m[f"{kind}_embedding_bandwidth_reduction"] == pytest.approx(1.0, rel=0.05)
+    assert math.isnan(m["4-bit_weight_reduction_bound"])
+    assert "no row-indexed weights" in result.details["quantization_bound"]["4-bit"]["explained"]
