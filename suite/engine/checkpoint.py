@@ -954,19 +954,20 @@ def _quantize(
 ) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
     out: dict[str, torch.Tensor] = {}
     quantized: dict[str, int] = {}
+    by_dim: dict[int, list[str]] = {}
     for name, tensor in embedding.items():
-        group = _row_group(name, groups)
-        if (
-            group is not None
-            and name.endswith(".weight")
-            and tensor.ndim == 2
-            and tensor.is_floating_point()
-        ):
-            for part, value in quantize_rows(tensor, bits).items():
-                out[f"{name}.q.{part}"] = value
+        if _is_weight(name, groups) and tensor.ndim == 2 and tensor.is_floating_point():
+            by_dim.setdefault(int(tensor.shape[1]), []).append(name)
             quantized[name] = int(tensor.shape[1])
-        else:
-            out[name] = tensor
+        out[name] = tensor  # keeps the order; quantized entries are replaced below
+    for names in by_dim.values():  # one call per width: the range search is per call costly
+        rows = [embedding[n].shape[0] for n in names]
+        parts = quantize_rows(torch.cat([embedding[n].detach().cpu() for n in names]), bits)
+        for part, value in parts.items():
+            for name, piece in zip(names, value.split(rows), strict=True):
+                out[f"{name}.q.{part}"] = piece.clone()
+    for name in quantized:
+        del out[name]
     return out, quantized
 
 
