@@ -214,6 +214,9 @@ class Tracker:
         self.client = client
         self.run_id = run_id
         self.uri = uri
+        self._logged: set[tuple[str, int, float]] = set()
+        """``(key, step, value)`` already in the run's history: a resumed run trains again
+        from its checkpoint to where it was killed and would log those figures twice."""
 
     @classmethod
     def start(
@@ -260,6 +263,12 @@ class Tracker:
         tracker = cls(client, run_id, resolved)
         tracker.set_tags(owner_tags())
         tracker.call("reopen it", lambda: client.update_run(run_id, status="RUNNING"))
+        keys = tracker.call("read it", lambda: list(client.get_run(run_id).data.metrics))
+        for key in keys:
+            history = tracker.call(
+                f"read metric {key}", lambda k=key: client.get_metric_history(run_id, k)
+            )
+            tracker._logged.update((m.key, int(m.step), float(m.value)) for m in history)
         return tracker
 
     def call(self, what: str, call: Callable[[], T]) -> T:
@@ -275,17 +284,20 @@ class Tracker:
             self.call("log params", lambda b=batch: self.client.log_batch(self.run_id, params=b))
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        """Log the finite ``metrics`` at ``step`` (NaN and infinities are left out)."""
+        """Log the finite ``metrics`` at ``step`` (NaN and infinities are left out), each
+        ``(key, step, value)`` once: the same figure at the same step again (a step trained
+        and validated again after a resume) adds no second entry to the history."""
         import math
 
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [
-            Metric(k[:MAX_KEY], float(v), now, step)
-            for k, v in metrics.items()
-            if math.isfinite(float(v))
-        ]
+        items = []
+        for k, v in metrics.items():
+            entry = (k[:MAX_KEY], int(step), float(v))
+            if math.isfinite(entry[2]) and entry not in self._logged:
+                self._logged.add(entry)
+                items.append(Metric(entry[0], entry[2], now, entry[1]))
         for i in range(0, len(items), MAX_METRICS_PER_CALL):
             batch = items[i : i + MAX_METRICS_PER_CALL]
             self.call("log metrics", lambda b=batch: self.client.log_batch(self.run_id, metrics=b))

@@ -53,13 +53,62 @@ def _restored(config: RunConfig, data, root: Path, seq: int | bool = True):  # n
 @pytest.mark.parametrize("bits", [8, 4, 2])
 def test_row_quantization_is_within_half_a_step(bits: int) -> None:
     x = torch.randn(37, 13) * torch.linspace(0.01, 3, 37)[:, None]
-    q = quantize_rows(x, bits)
+    q = quantize_rows(x, bits, adaptive=False)
     assert q["codes"].dtype == torch.uint8 and q["codes"].shape == (37, -(-13 * bits // 8))
     back = dequantize_rows(q, bits, 13)
     step = (x.max(1).values - x.min(1).values) / ((1 << bits) - 1)
     # half a step, plus float16 rounding of the scale and minimum
     bound = step / 2 + (x.abs().max(1).values + step * (1 << bits)) * 2**-10
     assert ((back - x).abs() <= bound[:, None]).all()
+
+
+def _greedy_reference(row: list[float], bits: int, bins: int = 200, ratio: float = 0.16):
+    """The greedy range search one row at a time, in float64 (float16 scale and minimum)."""
+    import numpy as np
+
+    levels = (1 << bits) - 1
+
+    def loss(lo: float, hi: float) -> float:
+        lo16 = float(np.float16(lo))
+        scale = float(np.float16((hi - lo16) / levels)) if hi > lo16 else 1.0
+        codes = np.clip(np.round((np.asarray(row) - lo16) / scale), 0, levels)
+        return float(((codes * scale + lo16 - np.asarray(row)) ** 2).sum())
+
+    lo, hi = min(row), max(row)
+    step = (hi - lo) / bins
+    cur_lo, cur_hi, cur, found = lo, hi, loss(lo, hi), []
+    while cur_lo + step * bins * (1 - ratio) < cur_hi:
+        left, right = loss(cur_lo + step, cur_hi), loss(cur_lo, cur_hi - step)
+        if cur < left and cur < right:
+            found.append((cur, cur_lo, cur_hi))
+        if left < right:
+            cur_lo, cur = cur_lo + step, left
+        else:
+            cur_hi, cur = cur_hi - step, right
+    return min(found)[1:] if found else (lo, hi)
+
+
+@pytest.mark.parametrize("bits", [4, 2])
+def test_adaptive_quantization_searches_each_rows_range(bits: int) -> None:
+    """Check-N-Run's adaptive asymmetric quantization: each row's range is cut (by at most
+    16%) where it lowers the error, which outlier rows gain most from; 8 bits keep min/max."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 16, generator=generator) * 0.05
+    x[::3, 5] *= 8  # one outlier in every third row
+    plain = (dequantize_rows(quantize_rows(x, bits, adaptive=False), bits, 16) - x).pow(2).sum(1)
+    adaptive = (dequantize_rows(quantize_rows(x, bits), bits, 16) - x).pow(2).sum(1)
+    assert (adaptive <= plain * (1 + 1e-3) + 1e-9).all()
+    assert adaptive[::3].mean() < 0.9 * plain[::3].mean()
+    lo, hi = ck.greedy_range(x, bits)
+    span = x.max(1).values - x.min(1).values
+    assert (lo >= x.min(1).values).all() and (hi <= x.max(1).values).all()
+    assert ((hi - lo) >= (1 - 0.16) * span - 1e-6).all()
+    for r in range(0, 300, 37):
+        ref_lo, ref_hi = _greedy_reference(x[r].double().tolist(), bits)
+        assert lo[r].item() == pytest.approx(ref_lo, abs=2e-3 * span[r].item())
+        assert hi[r].item() == pytest.approx(ref_hi, abs=2e-3 * span[r].item())
+    eight = quantize_rows(x, 8)
+    assert torch.equal(eight["codes"], quantize_rows(x, 8, adaptive=False)["codes"])
 
 
 def test_constant_rows_quantize_exactly() -> None:
@@ -100,9 +149,11 @@ def test_quantized_restore_is_close_not_equal(tmp_path: Path) -> None:
     restored, _ = _restored(config, data, tmp_path / "q")
     for name, value in model.embedding.checkpoint_state().items():
         got = restored.embedding.checkpoint_state()[name]
-        if name.endswith(".weight"):
-            step = (value.max(1).values - value.min(1).values) / 15
-            assert ((got - value).abs() <= step[:, None] * 0.51 + 1e-3).all()
+        if name.endswith(".weight"):  # the weights as 4 bits hold them, row by row
+            expected = dequantize_rows(quantize_rows(value, 4), 4, value.shape[1])
+            assert torch.equal(got, expected) and not torch.equal(got, value), name
+            span = value.max(1).values - value.min(1).values
+            assert ((got - value).abs() <= span[:, None] * (0.16 + 0.51 / 15) + 1e-3).all()
         elif name != "tables.iter":  # optimizer state stays exact
             assert torch.equal(got, value), name
 
@@ -196,7 +247,19 @@ def test_fresh_run_over_earlier_checkpoints_is_refused(tmp_path: Path) -> None:
     resumed.close()
 
 
-def test_a_method_that_cannot_checkpoint_says_so_in_one_line(tmp_path: Path) -> None:
+def without_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every registered method checkpoints now: FIITED stands for one that does not (a
+    new method that has not implemented checkpoint_state())."""
+    from suite.embeddings.base import EmbeddingMethod
+    from suite.embeddings.fiited import FiitedEmbedding
+
+    monkeypatch.setattr(FiitedEmbedding, "checkpoint_state", EmbeddingMethod.checkpoint_state)
+
+
+def test_a_method_that_cannot_checkpoint_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    without_checkpoints(monkeypatch)
     config = tiny_config(embedding="fiited", overrides=["train.max_steps=4"])
     data = get_prepared(config.dataset, progress=False)
     model = build_model(config, data)

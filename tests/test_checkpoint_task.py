@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,20 @@ def test_checkpoint_task_reports_bytes_and_restored_accuracy(isolated: Path) -> 
     # fewer embedding bytes for every other kind; 4-bit weights take 12 of 64 bytes a row
     assert m["incremental_embedding_bandwidth_reduction"] > 1.0
     assert 3.5 < m["4-bit_embedding_bandwidth_reduction"] < 5.0
+    # at dim 16 a row's 64 + 4 bytes (weights, row-wise Adagrad state) become 8 + 4 + 4:
+    # the measured reductions are the arithmetic bounds, weights alone and with the state
+    assert m["4-bit_weight_bandwidth_reduction"] == pytest.approx(64 / 12)
+    assert m["4-bit_weight_reduction_bound"] == pytest.approx(64 / 12)
+    assert m["4-bit_embedding_reduction_bound"] == pytest.approx(68 / 16, rel=1e-3)
+    assert m["4-bit_embedding_bandwidth_reduction"] == pytest.approx(
+        m["4-bit_embedding_reduction_bound"]
+    )
+    assert m["full_weight_bandwidth_reduction"] == 1.0
+    explained = result.details["quantization_bound"]["4-bit"]["explained"]
+    assert explained.startswith("4-bit at dim 16: per row 64 B of float32 weights + 4 B")
+    # (4d + 4) / (d / 2 + 8) >= 6 from d = 44 on (a little more with the step counter beside the rows)
+    needed = int(re.search(r"6x needs dim >= (\d+)", explained)[1])
+    assert 44 <= needed <= 46
     assert (
         m["incremental-4-bit_embedding_bandwidth_reduction"]
         > m["4-bit_embedding_bandwidth_reduction"]
@@ -43,9 +58,13 @@ def test_checkpoint_task_reports_bytes_and_restored_accuracy(isolated: Path) -> 
         assert Path(plot).is_file() and Path(plot).with_suffix(".pdf").is_file()
 
 
-def test_checkpoint_task_refuses_a_method_that_cannot_checkpoint() -> None:
+def test_checkpoint_task_refuses_a_method_that_cannot_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from suite.runs.single import preflight
+    from tests.test_checkpoint import without_checkpoints
 
+    without_checkpoints(monkeypatch)
     with pytest.raises(ConfigError, match="fiited cannot be checkpointed yet"):
         preflight(tiny_config(task="checkpoint", embedding="fiited"))
     with pytest.raises(ConfigError, match="bit widths among 8, 4, 2"):

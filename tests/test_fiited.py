@@ -1,6 +1,7 @@
 """FIITED: utility and optimizer math, the prefix rule, the live-chunk store (keys, pool,
-utilities, optimizer state, sketch) as it shrinks and grows, regrowth, checkpoints, and
-pruning to a 10% budget during real training and in the accuracy task."""
+utilities, optimizer state, sketch) as it shrinks and grows, regrowth, checkpoints and
+bit-identical resume, and pruning to a 10% budget during real training and in the
+accuracy task."""
 
 from __future__ import annotations
 
@@ -310,3 +311,93 @@ def test_accuracy_task_reports_the_pruned_store() -> None:
         full["embedding_bytes"] + full["embedding_optimizer_bytes"]
     )
     assert 0 < m["embedding_optimizer_bytes"] < 0.5 * full["embedding_optimizer_bytes"]
+
+
+FIITED_RUN = [
+    "embedding.options.prune_every=4",
+    "embedding.options.warmup_steps=16",
+    "train.epochs=2",
+    "train.eval_every_steps=10",
+]
+
+
+class Killed(Exception):
+    """Stands for the process dying mid-run."""
+
+
+def test_killed_run_resumes_bit_identically() -> None:
+    """Checkpoints every 7 steps through pruning events (the store shrinks, grows back,
+    and its optimizer state, sketch and ring change size or content); a run killed at
+    step 30 and resumed from step 28 ends with the uninterrupted run's metrics exactly."""
+    reference = execute(tiny_config(embedding="fiited", overrides=FIITED_RUN))
+    config = tiny_config(embedding="fiited", overrides=[*FIITED_RUN, "train.checkpoint_every=7"])
+
+    def die(metrics: dict[str, float], step: int) -> None:
+        if step >= 30:
+            raise Killed
+
+    with pytest.raises(Killed):
+        execute(config, on_validation=die)
+    resumed = execute(config, resume=True)
+    assert resumed.details["validation_history"] == reference.details["validation_history"]
+    timing = {"train_samples_per_s"}
+    assert set(resumed.metrics) == set(reference.metrics)
+    for name, value in reference.metrics.items():
+        if name not in timing:
+            assert resumed.metrics[name] == value, name  # bit for bit
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_checkpoint_restores_the_whole_store(tmp_path, incremental: bool) -> None:  # noqa: ANN001
+    """The last checkpoint (step 18, after four pruning events) restored into a fresh
+    model equals the store trained to step 18: every buffer, the memory history and the
+    events. FIITED has no row groups, so an incremental checkpoint writes it whole."""
+    from suite.engine.checkpoint import Checkpointer, CheckpointPolicy, Interval
+
+    config = tiny_config(embedding="fiited", overrides=[*FIITED_RUN[:2], "train.max_steps=20"])
+    data = get_prepared(config.dataset, progress=False)
+    identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
+    policy = CheckpointPolicy(incremental=incremental, restore_budget=5.0)
+    with Checkpointer(tmp_path / "c", identity, Interval(steps=6), policy) as c:
+        train(build_model(config, data), data, config.train, config.seed, CPU, checkpoints=c)
+    assert [w.step for w in c.written] == [6, 12, 18]
+    reference = build_model(config, data)
+    train(reference, data, config.train.model_copy(update={"max_steps": 18}), config.seed, CPU)
+    restored = build_model(config, data)
+    with Checkpointer(tmp_path / "c", identity, resume=True) as c:
+        loop = c.restore(restored, None)
+    assert loop is not None and loop.step == 18
+    expected = reference.embedding.checkpoint_state()
+    got = restored.embedding.checkpoint_state()
+    assert set(got) == set(expected)
+    for name, value in expected.items():
+        assert got[name].shape == value.shape and torch.equal(got[name], value), name
+    assert reference.embedding.pool.shape[0] < reference.embedding.total_chunks  # pruned
+    assert restored.embedding.events == reference.embedding.events
+    assert restored.embedding.memory_history == reference.embedding.memory_history
+    check_storage(restored.embedding)
+
+
+def test_checkpoint_task_runs_on_fiited() -> None:
+    """Every kind restores FIITED exactly: its store has no row groups (incremental
+    checkpoints write it whole) and no embedding weights a row-wise quantizer could take."""
+    config = tiny_config(
+        embedding="fiited",
+        task="checkpoint",
+        overrides=[
+            *FIITED_RUN[:2],
+            "train.max_steps=24",
+            "task.options.interval_steps=6",
+            "task.options.bits=[4]",
+            "task.options.combined_bits=[4]",
+            "task.options.plot=false",
+        ],
+    )
+    result = execute(config)
+    m = result.metrics
+    for kind in ("full", "incremental", "4-bit", "incremental-4-bit"):
+        assert m[f"{kind}_checkpoints"] == 4
+        assert m[f"{kind}_auc_cost"] == 0.0, kind
+        assert m[f"{kind}_embedding_bandwidth_reduction"] == pytest.approx(1.0, rel=0.05)
+    assert math.isnan(m["4-bit_weight_reduction_bound"])
+    assert "no row-indexed weights" in result.details["quantization_bound"]["4-bit"]["explained"]

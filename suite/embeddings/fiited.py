@@ -236,6 +236,34 @@ class FiitedEmbedding(EmbeddingMethod):
                 )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
+    # ----------------------------------------------------------------- checkpoints
+    _EVENT_FIELDS = ("step", "live_chunks", "live_rows", "freed", "regrown", "bytes")
+
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """Every buffer of the store at its current live size (keys ``[R]``, pool ``[C,
+        D/K]``, utilities ``[C]``, optimizer state, sketch, ring, clock) and the memory
+        history and events (``history.memory [E, 2]``, ``history.events [E, 6]``, int64).
+        No row groups: positions in the store move at every pruning event, so an
+        incremental checkpoint writes it whole, and nothing is quantized."""
+        state = {k: v.detach() for k, v in self.state_dict().items()}
+        state["history.memory"] = torch.tensor(self.memory_history, dtype=torch.int64).view(-1, 2)
+        events = [[int(e[f]) for f in self._EVENT_FIELDS] for e in self.events]
+        fields = len(self._EVENT_FIELDS)
+        state["history.events"] = torch.tensor(events, dtype=torch.int64).view(-1, fields)
+        return state
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        device = self.offsets.device
+        self.load_state_dict(
+            {k: v.to(device) for k, v in tensors.items() if not k.startswith("history.")}
+        )
+        self.memory_history = [(int(s), int(b)) for s, b in tensors["history.memory"].tolist()]
+        self.events = [
+            dict(zip(self._EVENT_FIELDS, map(int, row), strict=True))
+            for row in tensors["history.events"].tolist()
+        ]
+        self._pending = None
+
     # ----------------------------------------------------------------- lookup
     def _locate(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Position and length of global ``rows`` (any shape); length 0 where pruned.

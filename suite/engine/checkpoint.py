@@ -33,8 +33,13 @@ Check-N-Run, as here:
   stand-in for the paper's history-based choice of when to take a new baseline), which
   bounds restore cost; ``max_increments`` caps the chain too.
 - **Quantized**: embedding weights are written row-wise uniform asymmetric at 8, 4 or 2
-  bits (per row a float16 scale and minimum; codes packed into bytes); optimizer state
-  and dense layers stay exact. :func:`adaptive_bits` picks the bit width from the
+  bits (per row a float16 scale and minimum, as fbgemm's n-bit rows; codes packed into
+  bytes); at 4 bits and below each row's range is first searched greedily (Check-N-Run's
+  adaptive asymmetric quantization, the search of Guan et al. 2019 with fbgemm's 200 bins
+  and 16% cut), which clips outliers where that lowers the row's error. As in the paper,
+  only embedding vectors are quantized: their row-wise optimizer state and the dense
+  layers stay exact, so at dim ``D`` a row's ``4 D + 4`` bytes become ``D bits / 8 + 8``
+  (see :func:`quantization_bound`). :func:`adaptive_bits` picks the bit width from the
   expected number of restores, since each restore from a quantized checkpoint adds its
   quantization error again.
 """
@@ -60,7 +65,7 @@ import numpy as np
 import torch
 
 from suite.config import RunConfig
-from suite.embeddings.base import supports_checkpoints
+from suite.embeddings.base import EmbeddingMethod, supports_checkpoints
 from suite.errors import SuiteError
 from suite.models.base import RecModel
 
@@ -145,14 +150,77 @@ def adaptive_bits(
 # ---------------------------------------------------------------- quantization
 
 
-def quantize_rows(x: torch.Tensor, bits: int) -> dict[str, torch.Tensor]:
-    """Row-wise uniform asymmetric quantization of ``x [R, D]``: ``codes [R, ceil(D*bits/8)]``
-    uint8 (``8 // bits`` codes per byte), ``scale [R]`` and ``minimum [R]`` float16."""
-    x = x.detach().float().cpu()
+GREEDY_BINS = 200
+GREEDY_RATIO = 0.16
+GREEDY_BLOCK_VALUES = 1 << 18
+ADAPTIVE_MAX_BITS = 4
+"""Bit widths at and below which quantization searches each row's range (Check-N-Run's
+adaptive asymmetric quantization); wider ones use the row's min and max."""
+
+
+def _range_loss(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, levels: int) -> torch.Tensor:
+    """Squared error per row of ``x [R, D]`` quantized to ``levels`` steps on ``[lo, hi]``
+    (clipped outside it), with the float16 scale and minimum the checkpoint stores."""
+    lo16 = lo.half().float()
+    span = hi - lo16
+    scale = torch.where(span > 0, span / levels, torch.ones_like(span)).half().float()
+    shifted = x - lo16[:, None]
+    err = (shifted / scale[:, None]).round_().clamp_(0, levels).mul_(scale[:, None]).sub_(shifted)
+    return torch.einsum("rd,rd->r", err, err)
+
+
+def greedy_range(
+    x: torch.Tensor, bits: int, bins: int = GREEDY_BINS, ratio: float = GREEDY_RATIO
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``x [R, D]`` the clipping range ``(lo [R], hi [R])`` of Check-N-Run's
+    adaptive asymmetric quantization, the greedy search of Guan et al. (arXiv 1911.02079):
+    from ``[min, max]``, move the end whose ``1 / bins`` step inward lowers the error more,
+    until at most ``ratio`` of the range is cut; keep the lowest-error local optimum met
+    on the way (``[min, max]`` when there is none). ``bins`` and ``ratio`` are fbgemm's."""
+    block = max(1, GREEDY_BLOCK_VALUES // max(1, x.shape[1]))
+    if x.shape[0] > block:  # blocks that stay in cache: the search is memory-bound
+        parts = [greedy_range(b, bits, bins, ratio) for b in x.split(block)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     levels = (1 << bits) - 1
     lo, hi = x.min(dim=1).values, x.max(dim=1).values
-    scale = ((hi - lo) / levels).half()
-    lo16 = lo.half()
+    step = (hi - lo) / bins
+    floor = step * (bins * (1 - ratio))
+    cur_lo, cur_hi = lo.clone(), hi.clone()
+    cur = _range_loss(x, lo, hi, levels)
+    best = torch.full_like(cur, math.inf)
+    best_lo, best_hi = lo.clone(), hi.clone()
+    active = cur_lo + floor < cur_hi  # every row with a range takes the same ~bins*ratio steps
+    while bool(active.any()):
+        left = _range_loss(x, cur_lo + step, cur_hi, levels)
+        right = _range_loss(x, cur_lo, cur_hi - step, levels)
+        optimum = active & (cur < left) & (cur < right) & (cur < best)
+        best = torch.where(optimum, cur, best)
+        best_lo = torch.where(optimum, cur_lo, best_lo)
+        best_hi = torch.where(optimum, cur_hi, best_hi)
+        go_left = active & (left < right)
+        go_right = active & ~(left < right)
+        cur_lo = torch.where(go_left, cur_lo + step, cur_lo)
+        cur_hi = torch.where(go_right, cur_hi - step, cur_hi)
+        cur = torch.where(go_left, left, torch.where(go_right, right, cur))
+        active &= cur_lo + floor < cur_hi
+    return best_lo, best_hi
+
+
+def quantize_rows(
+    x: torch.Tensor, bits: int, adaptive: bool | None = None
+) -> dict[str, torch.Tensor]:
+    """Row-wise uniform asymmetric quantization of ``x [R, D]``: ``codes [R, ceil(D*bits/8)]``
+    uint8 (``8 // bits`` codes per byte), ``scale [R]`` and ``minimum [R]`` float16.
+    ``adaptive`` (default: at ``ADAPTIVE_MAX_BITS`` bits and below) quantizes each row on
+    its :func:`greedy_range` instead of its min and max, clipping what falls outside."""
+    x = x.detach().float().cpu()
+    levels = (1 << bits) - 1
+    if adaptive if adaptive is not None else bits <= ADAPTIVE_MAX_BITS:
+        lo, hi = greedy_range(x, bits)
+    else:
+        lo, hi = x.min(dim=1).values, x.max(dim=1).values
+    lo16 = lo.half()  # the scale spans from the stored minimum, as fbgemm's n-bit rows
+    scale = ((hi - lo16.float()).clamp_(min=0) / levels).half()
     safe = torch.where(scale.float() > 0, scale.float(), torch.ones_like(lo))
     codes = ((x - lo16.float()[:, None]) / safe[:, None]).round_().clamp_(0, levels).to(torch.uint8)
     per_byte = 8 // bits
@@ -406,6 +474,11 @@ class CheckpointInfo:
     step: int
     bytes: int
     embedding_bytes: int
+    """The embedding's tensors: weights (quantized or not), their row-wise optimizer state,
+    row ids of an increment, index maps."""
+    weight_bytes: int
+    """The embedding weights alone (what quantization shrinks): codes, scales and minimums
+    of a quantized checkpoint."""
     seconds: float
     rows_fraction: float
     path: str
@@ -551,6 +624,7 @@ class Checkpointer:
         emb_bytes = sum(
             _tensor_bytes(v) for k, v in tensors.items() if k.startswith(("embedding.", "rows."))
         )
+        weight_bytes = sum(_tensor_bytes(v) for k, v in tensors.items() if _is_weight(k, groups))
         self._account(kind, nbytes)
         if self.tracker is not None:
             self.tracker.reset()
@@ -564,6 +638,7 @@ class Checkpointer:
             loop.step,
             nbytes,
             emb_bytes,
+            weight_bytes,
             time.perf_counter() - started,
             fraction,
             str(path),
@@ -812,6 +887,52 @@ def _row_group(name: str, groups: dict[str, int]) -> str | None:
     return group if group in groups else None
 
 
+def _is_weight(name: str, groups: dict[str, int]) -> bool:
+    """Whether ``name`` is (a quantized part of) an embedding weight of a row group."""
+    base = name.split(".q.", 1)[0]
+    return (
+        base.startswith("embedding.")
+        and base.endswith(".weight")
+        and _row_group(base, groups) is not None
+    )
+
+
+def quantized_row_bytes(dim: int, bits: int) -> int:
+    """Bytes of one ``dim``-wide row quantized by :func:`quantize_rows`: packed codes plus
+    a float16 scale and minimum."""
+    return math.ceil(dim * bits / 8) + 4
+
+
+def quantization_bound(embedding: EmbeddingMethod, bits: int) -> dict[str, float]:
+    """What a ``bits``-bit checkpoint can at most save on ``embedding``, by arithmetic:
+    per row, ``4 * dim`` bytes of float32 weights become :func:`quantized_row_bytes`, while
+    the row-wise optimizer state (fbgemm's row-wise Adagrad: one float32 per row) and
+    other tensors stay exact. ``weight_bound``: full / quantized bytes of the weights
+    alone; ``embedding_bound``: of everything the embedding writes (a full, not
+    incremental, checkpoint); ``dim``: rows-weighted mean width of the weights; and
+    ``other_bytes_per_row``: the exact bytes beside each row's weights."""
+    groups = embedding.checkpoint_row_groups()
+    full_w = quant_w = other = rows = width = 0
+    for name, tensor in embedding.checkpoint_state().items():
+        key = f"embedding.{name}"
+        if _is_weight(key, groups) and tensor.ndim == 2 and tensor.is_floating_point():
+            full_w += _tensor_bytes(tensor)
+            quant_w += tensor.shape[0] * quantized_row_bytes(int(tensor.shape[1]), bits)
+            rows += tensor.shape[0]
+            width += tensor.shape[0] * tensor.shape[1]
+        else:
+            other += _tensor_bytes(tensor)
+    if not rows:
+        nan = float("nan")
+        return {"weight_bound": nan, "embedding_bound": nan, "dim": nan, "other_bytes_per_row": nan}
+    return {
+        "weight_bound": full_w / quant_w,
+        "embedding_bound": (full_w + other) / (quant_w + other),
+        "dim": width / rows,
+        "other_bytes_per_row": other / rows,
+    }
+
+
 def _rows_only(
     embedding: dict[str, torch.Tensor], groups: dict[str, int], modified: dict[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
@@ -833,19 +954,20 @@ def _quantize(
 ) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
     out: dict[str, torch.Tensor] = {}
     quantized: dict[str, int] = {}
+    by_dim: dict[int, list[str]] = {}
     for name, tensor in embedding.items():
-        group = _row_group(name, groups)
-        if (
-            group is not None
-            and name.endswith(".weight")
-            and tensor.ndim == 2
-            and tensor.is_floating_point()
-        ):
-            for part, value in quantize_rows(tensor, bits).items():
-                out[f"{name}.q.{part}"] = value
+        if _is_weight(name, groups) and tensor.ndim == 2 and tensor.is_floating_point():
+            by_dim.setdefault(int(tensor.shape[1]), []).append(name)
             quantized[name] = int(tensor.shape[1])
-        else:
-            out[name] = tensor
+        out[name] = tensor  # keeps the order; quantized entries are replaced below
+    for names in by_dim.values():  # one call per width: the range search is per call costly
+        rows = [embedding[n].shape[0] for n in names]
+        parts = quantize_rows(torch.cat([embedding[n].detach().cpu() for n in names]), bits)
+        for part, value in parts.items():
+            for name, piece in zip(names, value.split(rows), strict=True):
+                out[f"{name}.q.{part}"] = piece.clone()
+    for name in quantized:
+        del out[name]
     return out, quantized
 
 

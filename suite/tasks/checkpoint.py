@@ -12,10 +12,16 @@ directory, all of them kept):
   row-wise (uniform asymmetric);
 - ``incremental-<b>-bit`` (``combined_bits``): both, as Check-N-Run deploys them.
 
-Per kind: bytes per checkpoint and in total, of the embedding tables and of everything;
-write time and bandwidth; restore time; the fraction of rows modified per interval; the
-write-bandwidth reduction (total bytes written, full / kind) and capacity reduction
-(largest storage a restore needs, full / kind). Then, per kind, a fresh model is
+Per kind: bytes per checkpoint and in total, of the embedding weights alone (what
+quantization shrinks), of the embedding (weights, their row-wise optimizer state, which
+every kind keeps exact as Check-N-Run quantizes embedding vectors only, and an
+increment's row ids) and of everything; write time and bandwidth; restore time; the
+fraction of rows modified per interval; the write-bandwidth reduction (total bytes
+written, full / kind) and capacity reduction (largest storage a restore needs, full /
+kind). Per bit width, the arithmetic bound of a quantized checkpoint's reduction (a row
+of ``dim`` float32 values becomes ``dim * bits / 8`` bytes of codes plus a float16 scale
+and minimum; the optimizer state stays) and, in the details, the dim it needs to reach
+6x: at dim 16, 4 bits save at most 4.25x of the embedding bytes (5.3x of the weights). Then, per kind, a fresh model is
 restored from the checkpoint nearest ``restore_at`` of training and trained to the end
 down the same loop; its test AUC is compared with the uninterrupted run's (full and
 incremental restores must match it bit for bit). The AUC cost per restore of each bit
@@ -44,6 +50,8 @@ from suite.engine.checkpoint import (
     CheckpointPolicy,
     Interval,
     adaptive_bits,
+    quantization_bound,
+    quantized_row_bytes,
 )
 from suite.engine.train import evaluate, train
 from suite.errors import ConfigError
@@ -129,6 +137,13 @@ class CheckpointTask(Task):
             "bytes",
             "size",
         ),
+        MetricSpec(
+            "*_weight_bytes_per_checkpoint",
+            False,
+            "{} embedding weight bytes per checkpoint",
+            "bytes",
+            "size",
+        ),
         MetricSpec("*_bytes_per_checkpoint", False, "{} bytes per checkpoint", "bytes", "size"),
         MetricSpec("*_bytes_total", False, "{} bytes written", "bytes", "size"),
         MetricSpec("*_write_seconds", False, "{} write time", "s", "measured"),
@@ -143,6 +158,28 @@ class CheckpointTask(Task):
         ),
         MetricSpec(
             "*_embedding_capacity_reduction", True, "{} embedding capacity reduction", "x", "ratio"
+        ),
+        MetricSpec(
+            "*_weight_bandwidth_reduction",
+            True,
+            "{} embedding weight write reduction",
+            "x",
+            "ratio",
+            shown=True,
+        ),
+        MetricSpec(
+            "*_embedding_reduction_bound",
+            True,
+            "{} embedding write reduction, arithmetic bound",
+            "x",
+            "ratio",
+        ),
+        MetricSpec(
+            "*_weight_reduction_bound",
+            True,
+            "{} embedding weight write reduction, arithmetic bound",
+            "x",
+            "ratio",
         ),
         MetricSpec("*_bandwidth_reduction", True, "{} write reduction", "x", "ratio"),
         MetricSpec("*_capacity_reduction", True, "{} capacity reduction", "x", "ratio"),
@@ -199,6 +236,10 @@ class CheckpointTask(Task):
             for writer in writers.values():
                 writer.close()
             test = self._test_auc(ctx, model)
+            bounds = {
+                bits: quantization_bound(model.embedding, bits)
+                for bits in sorted({*options.bits, *options.combined_bits}, reverse=True)
+            }
             written = {name: writer.written for name, writer in writers.items()}
             if not written["full"]:
                 raise ValueError("no checkpoint was written: interval_steps exceeds the run")
@@ -212,7 +253,7 @@ class CheckpointTask(Task):
             }
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        return self._report(ctx, options, outcome, test, written, restores)
+        return self._report(ctx, options, outcome, test, written, restores, bounds)
 
     @staticmethod
     def _test_auc(ctx: RunContext, model) -> float:  # noqa: ANN001
@@ -246,6 +287,7 @@ class CheckpointTask(Task):
         test_auc: float,
         written: dict[str, list[CheckpointInfo]],
         restores: dict[str, dict[str, float]],
+        bounds: dict[int, dict[str, float]],
     ) -> TaskOutput:
         metrics: dict[str, float] = {
             "test_auc": test_auc,
@@ -261,10 +303,12 @@ class CheckpointTask(Task):
         full_emb_total = sum(c.embedding_bytes for c in written["full"])
         full_capacity = max(c.bytes for c in written["full"])
         full_emb_capacity = max(c.embedding_bytes for c in written["full"])
+        full_weight_total = sum(c.weight_bytes for c in written["full"])
         per_checkpoint: list[dict[str, Any]] = []
         for name, infos in written.items():
             total = sum(c.bytes for c in infos)
             emb_total = sum(c.embedding_bytes for c in infos)
+            weight_total = sum(c.weight_bytes for c in infos)
             seconds = sum(c.seconds for c in infos)
             capacity, emb_capacity = _capacity(infos)
             restored = restores[name]
@@ -273,6 +317,7 @@ class CheckpointTask(Task):
                 f"{name}_bytes_per_checkpoint": (total / len(infos), False),
                 f"{name}_bytes_total": (float(total), False),
                 f"{name}_embedding_bytes_per_checkpoint": (emb_total / len(infos), False),
+                f"{name}_weight_bytes_per_checkpoint": (weight_total / len(infos), False),
                 f"{name}_write_seconds": (seconds / len(infos), False),
                 f"{name}_write_mb_per_s": (
                     total / seconds / 1e6 if seconds else float("nan"),
@@ -282,6 +327,10 @@ class CheckpointTask(Task):
                 f"{name}_capacity_reduction": (full_capacity / capacity, True),
                 f"{name}_embedding_bandwidth_reduction": (full_emb_total / emb_total, True),
                 f"{name}_embedding_capacity_reduction": (full_emb_capacity / emb_capacity, True),
+                f"{name}_weight_bandwidth_reduction": (
+                    full_weight_total / weight_total if weight_total else float("nan"),
+                    True,
+                ),
                 f"{name}_restore_seconds": (restored["restore_seconds"], False),
                 f"{name}_restored_test_auc": (restored["test_auc"], True),
                 f"{name}_auc_cost": (test_auc - restored["test_auc"], False),
@@ -299,6 +348,7 @@ class CheckpointTask(Task):
                     "step": c.step,
                     "bytes": c.bytes,
                     "embedding_bytes": c.embedding_bytes,
+                    "weight_bytes": c.weight_bytes,
                     "seconds": c.seconds,
                     "rows_fraction": c.rows_fraction,
                 }
@@ -309,6 +359,11 @@ class CheckpointTask(Task):
         higher["modified_rows_fraction"] = False
         metrics["checkpoint_overhead"] = outcome.checkpoint_seconds / outcome.seconds
         higher["checkpoint_overhead"] = False
+        for bits, bound in bounds.items():
+            metrics[f"{bits}-bit_embedding_reduction_bound"] = bound["embedding_bound"]
+            metrics[f"{bits}-bit_weight_reduction_bound"] = bound["weight_bound"]
+            higher[f"{bits}-bit_embedding_reduction_bound"] = True
+            higher[f"{bits}-bit_weight_reduction_bound"] = True
         cost = {bits: metrics[f"{bits}-bit_auc_cost"] for bits in options.bits}
         for restores_expected in options.expected_restores:
             key = f"adaptive_bits_r{restores_expected:g}"
@@ -319,6 +374,10 @@ class CheckpointTask(Task):
             "restored_from_step": {k: v["restored_step"] for k, v in restores.items()},
             "checkpoints": per_checkpoint,
             "checkpoint_rule": "final",
+            "quantization_bound": {
+                f"{bits}-bit": {**bound, "explained": explain_bound(bits, bound)}
+                for bits, bound in bounds.items()
+            },
         }
         if options.plot:
             name = f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
@@ -326,6 +385,34 @@ class CheckpointTask(Task):
                 str(p) for p in draw_plots(per_checkpoint, metrics, list(written), PLOT_DIR / name)
             ]
         return TaskOutput(metrics, higher, details)
+
+
+def explain_bound(bits: int, bound: dict[str, float], target: float = 6.0) -> str:
+    """One sentence: the per-row arithmetic of a ``bits``-bit checkpoint of the embedding
+    and the smallest dim at which it reaches ``target`` x."""
+    if not np.isfinite(bound["dim"]):
+        return f"{bits}-bit: the method has no row-indexed weights to quantize"
+    dim, other = bound["dim"], bound["other_bytes_per_row"]
+    codes = quantized_row_bytes(round(dim), bits) - 4
+
+    def needs(extra: float) -> int:
+        return next(
+            d
+            for d in range(1, 1 << 16)
+            if (4 * d + extra) / (quantized_row_bytes(d, bits) + extra) >= target
+        )
+
+    reach = (
+        f"no dim reaches {target:g}x (the limit is 32 / {bits} = {32 / bits:g}x)"
+        if 32 / bits <= target
+        else f"{target:g}x needs dim >= {needs(other)} (>= {needs(0.0)} for the weights alone)"
+    )
+    return (
+        f"{bits}-bit at dim {dim:g}: per row {4 * dim:g} B of float32 weights + {other:.3g} B "
+        f"kept exact (row-wise optimizer state, index maps) -> {codes} B of codes + 4 B "
+        f"float16 scale and minimum + {other:.3g} B: at most {bound['embedding_bound']:.3g}x "
+        f"smaller embedding bytes ({bound['weight_bound']:.3g}x of the weights alone); {reach}"
+    )
 
 
 def _capacity(infos: list[CheckpointInfo]) -> tuple[int, int]:
