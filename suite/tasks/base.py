@@ -55,9 +55,9 @@ class Task:
 
     Options: ClassVar[type[BaseModel]] = NoOptions
     metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    """Every metric the task reports: direction, primary, label and unit (one place)."""
     distributed: ClassVar[bool] = False
     """Whether the task runs across the ranks of a distributed run (``--nproc-per-node``)."""
-    """Every metric the task reports: direction, primary, label and unit (one place)."""
 
     @classmethod
     def higher_is_better(cls, output: TaskOutput) -> dict[str, bool]:
