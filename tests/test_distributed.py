@@ -170,8 +170,14 @@ def test_half_precision_codec_goes_through_torchrec_quantized_all_to_all(isolate
         "TorchRec quantized comms, fp16"
     )
     assert "embedding all-to-all: TorchRec quantized comms, fp16" in stdout
-    assert 0.0 < result["metrics"]["test_auc"] < 1.0
-    assert "comm_wire_bytes" not in result["metrics"], "no simulated codec on top of the wire"
+    metrics = result["metrics"]
+    assert 0.0 < metrics["test_auc"] < 1.0
+    # counted on TorchRec's codec: fp32 payloads in, fp16 on the wire, forward and backward
+    assert metrics["comm_raw_bytes"] > 0
+    assert metrics["comm_wire_bytes"] * 2 == metrics["comm_raw_bytes"]
+    assert metrics["comm_compression_ratio"] == 2.0
+    assert metrics["comm_codec_seconds"] > 0
+    assert "comm_max_bound_excess" not in metrics, "no simulated codec on top of the wire"
 
 
 def test_methods_that_cannot_shard_are_refused_before_any_process_starts(

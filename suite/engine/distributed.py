@@ -14,9 +14,11 @@ tables start from the same values and use the same fused optimizer.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
+import time
 import warnings
 from typing import Any
 
@@ -26,6 +28,7 @@ from torch import nn
 from suite.config import RunConfig, ShardingConfig
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
 from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE
+from suite.engine.comm_codec import CodecStats
 from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
 from suite.models.base import RecModel
@@ -135,11 +138,36 @@ class ShardedRecModel(nn.Module):
     uses: ``forward(dense [B, Dd], sparse [B, F]) -> logits [B]``, ``embedding``,
     ``payload``, :meth:`dense_parameters`, :meth:`flops_per_example`."""
 
-    def __init__(self, dmp: nn.Module, inner: RecModel, plan: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        dmp: nn.Module,
+        inner: RecModel,
+        plan: dict[str, Any],
+        parallel: Parallel,
+        wire: CodecStats | None = None,
+    ) -> None:
         super().__init__()
         self.dmp = dmp
         self._inner = [inner]  # not a submodule: DMP owns it
         self.plan = plan
+        self.parallel = parallel
+        self.wire = wire
+
+    def wire_figures(self) -> dict[str, float]:
+        """With TorchRec's quantized all-to-all: the embedding payloads' bytes before and
+        after encoding summed over ranks (forward and backward), their ratio, and the
+        codec's seconds summed over ranks. Collective: every rank must call it."""
+        if self.wire is None:
+            return {}
+        raw, wire, seconds = self.parallel.sum(
+            [float(self.wire.raw_bytes), float(self.wire.wire_bytes), self.wire.seconds]
+        )
+        return {
+            "comm_raw_bytes": raw,
+            "comm_wire_bytes": wire,
+            "comm_compression_ratio": raw / wire if wire else float("nan"),
+            "comm_codec_seconds": seconds,
+        }
 
     @property
     def embedding(self) -> EmbeddingMethod:
@@ -198,7 +226,34 @@ def wire_precision(codec: str, device: torch.device) -> str | None:
     return "fp16" if codec == "bf16" and device.type != "cuda" else codec
 
 
-def _sharder(precision: str | None, device: torch.device) -> Any:
+class CountingCodec:
+    """A TorchRec ``QuantizedCommCodec`` that also counts what it codes: bytes before
+    (``raw``) and after (``wire``) encoding and the seconds spent encoding and decoding."""
+
+    def __init__(self, inner: Any, stats: CodecStats) -> None:
+        self._inner = inner
+        self._stats = stats
+
+    def encode(self, input_tensor: torch.Tensor, ctx: Any = None) -> torch.Tensor:
+        start = time.perf_counter()
+        out = self._inner.encode(input_tensor, ctx)
+        self._stats.seconds += time.perf_counter() - start
+        self._stats.raw_bytes += input_tensor.numel() * input_tensor.element_size()
+        self._stats.wire_bytes += out.numel() * out.element_size()
+        self._stats.calls += 1
+        return out
+
+    def decode(self, input_grad: torch.Tensor, ctx: Any = None) -> torch.Tensor:
+        start = time.perf_counter()
+        out = self._inner.decode(input_grad, ctx)
+        self._stats.seconds += time.perf_counter() - start
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _sharder(precision: str | None, device: torch.device, stats: CodecStats) -> Any:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.fbgemm_qcomm_codec import (
         CommType,
@@ -219,7 +274,15 @@ def _sharder(precision: str | None, device: torch.device) -> Any:
     registry = get_qcomm_codecs_registry(
         QCommsConfig(forward_precision=kind, backward_precision=kind), device=device
     )
-    return Sharder(qcomm_codecs_registry=registry)
+    counted = {
+        op: dataclasses.replace(
+            codecs,
+            forward=CountingCodec(codecs.forward, stats),
+            backward=CountingCodec(codecs.backward, stats),
+        )
+        for op, codecs in (registry or {}).items()
+    }
+    return Sharder(qcomm_codecs_registry=counted)
 
 
 def _optimizer_in_backward(tables: nn.Module, config: RunConfig) -> None:
@@ -367,7 +430,8 @@ def shard_model(
     precision = wire_precision(config.comm.codec, device)
     if precision is not None:  # the real all-to-all carries it: no simulated payload codec
         model.payload = None
-    sharder = _sharder(precision, device)
+    stats = CodecStats()
+    sharder = _sharder(precision, device, stats)
     planner = EmbeddingShardingPlanner(
         topology=Topology(
             world_size=parallel.world,
@@ -393,7 +457,7 @@ def shard_model(
         if config.comm.codec != "none"
         else "fp32"
     )
-    return ShardedRecModel(dmp, model, summary)
+    return ShardedRecModel(dmp, model, summary, parallel, stats if precision else None)
 
 
 def format_plan(plan: dict[str, Any]) -> str:

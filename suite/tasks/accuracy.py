@@ -119,6 +119,8 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
     }
     if model.payload is not None:
         metrics |= model.payload.figures()
+    if ctx.parallel is not None:  # TorchRec's quantized all-to-all, counted on the wire
+        metrics |= model.wire_figures()  # type: ignore[attr-defined]
     higher = directions(ACCURACY_METRICS, metrics)
     details = {
         "checkpoint": outcome.checkpoint,
