@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,19 @@ def test_imbalance_is_max_over_mean_and_greedy_keeps_its_bound(result) -> None: 
         assert sum(greedy["rank_cost"]) == pytest.approx(sum(t["cost"] for t in greedy["tables"]))
     assert result.metrics["torchrec/w2/fits"] == 1.0
     assert Path(result.details["plots"][0]).exists()
+
+
+def test_torchrec_plan_is_made_once_for_all_seeds() -> None:
+    from suite.tasks.sharding import ShardingOptions, _torchrec_plan, plan_world
+
+    options = ShardingOptions(world_sizes=[2], planners=["torchrec", "random"], measure=False)
+    rows = [1000, 50, 20000, 300]
+    _torchrec_plan.cache_clear()
+    first = plan_world(rows, 16, 2, options, 512, seed=0)
+    second = plan_world(rows, 16, 2, options, 512, seed=1)
+    assert _torchrec_plan.cache_info().hits == 1
+    assert first["torchrec"] == second["torchrec"]
+    assert set(first) == {"torchrec", "random"}
+    # what the cache hands back is what planning from scratch gives
+    fresh = _torchrec_plan.__wrapped__(tuple(rows), 16, 2, options.model_dump_json(), 512)
+    assert json.loads(fresh) == first["torchrec"]

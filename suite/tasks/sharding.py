@@ -17,6 +17,8 @@ populations a user asks about.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import sys
 import warnings
@@ -77,20 +79,14 @@ def _quiet_torchrec():  # noqa: ANN202
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def plan_world(
-    rows: list[int], dim: int, world: int, options: ShardingOptions, batch: int, seed: int
-) -> dict[str, dict[str, Any]]:
-    """Every planner's plan for ``world`` ranks, scored with TorchRec's estimators."""
+def _setup(rows: list[int], dim: int, world: int, options: ShardingOptions) -> tuple:
+    """TorchRec's view of the tables: a meta-device collection, the topology, the
+    per-table constraints and the sharders."""
     _quiet_torchrec()
     import torch
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
-    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
-    from torchrec.distributed.planner.shard_estimators import (
-        EmbeddingPerfEstimator,
-        EmbeddingStorageEstimator,
-    )
-    from torchrec.distributed.planner.types import ParameterConstraints, PlannerError
+    from torchrec.distributed.planner import Topology
+    from torchrec.distributed.planner.types import ParameterConstraints
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
@@ -109,27 +105,56 @@ def plan_world(
         ddr_cap=int(options.ddr_gib * gib),
     )
     constraints = {f"t{i}": ParameterConstraints(pooling_factors=[1.0]) for i in range(len(rows))}
-    sharders = [EmbeddingBagCollectionSharder()]
+    return module, topology, constraints, [EmbeddingBagCollectionSharder()]
+
+
+@functools.lru_cache(maxsize=32)
+def _torchrec_plan(
+    rows: tuple[int, ...], dim: int, world: int, options_json: str, batch: int
+) -> str:
+    """TorchRec's planner's plan, scored (JSON). It does not depend on the seed, so the
+    seeds of one process plan once."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+    from torchrec.distributed.planner.types import PlannerError
+
+    options = ShardingOptions.model_validate_json(options_json)
+    module, topology, constraints, sharders = _setup(list(rows), dim, world, options)
+    chosen: list = []
+
+    def keep(plan: list) -> list:
+        chosen[:] = plan
+        return plan
+
+    planner = EmbeddingShardingPlanner(
+        topology=topology,
+        batch_size=batch,
+        constraints=constraints,
+        stats=[],
+        callbacks=[keep],
+    )
+    try:
+        planner.plan(module, sharders)
+        return json.dumps(score(chosen, world, topology, options))
+    except PlannerError as exc:
+        return json.dumps({"fits": False, "error": str(exc).splitlines()[0]})
+
+
+def plan_world(
+    rows: list[int], dim: int, world: int, options: ShardingOptions, batch: int, seed: int
+) -> dict[str, dict[str, Any]]:
+    """Every planner's plan for ``world`` ranks, scored with TorchRec's estimators."""
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    from torchrec.distributed.planner.shard_estimators import (
+        EmbeddingPerfEstimator,
+        EmbeddingStorageEstimator,
+    )
+
+    module, topology, constraints, sharders = _setup(rows, dim, world, options)
     out: dict[str, dict[str, Any]] = {}
     if "torchrec" in options.planners:
-        chosen: list = []
-
-        def keep(plan: list) -> list:
-            chosen[:] = plan
-            return plan
-
-        planner = EmbeddingShardingPlanner(
-            topology=topology,
-            batch_size=batch,
-            constraints=constraints,
-            stats=[],
-            callbacks=[keep],
+        out["torchrec"] = json.loads(
+            _torchrec_plan(tuple(rows), dim, world, options.model_dump_json(), batch)
         )
-        try:
-            planner.plan(module, sharders)
-            out["torchrec"] = score(chosen, world, topology, options)
-        except PlannerError as exc:
-            out["torchrec"] = {"fits": False, "error": str(exc).splitlines()[0]}
     enumerator = EmbeddingEnumerator(
         topology=topology,
         batch_size=batch,
