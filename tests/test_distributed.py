@@ -202,3 +202,17 @@ def test_tables_are_named_after_their_features() -> None:
     context = EmbeddingContext(cardinalities=[5, 1000], device=torch.device("cpu"), seed=0)
     method = QREmbedding(QREmbedding.Options(threshold=10), context)
     assert table_names(method, ["C1", "C2"]) == ["C1", "C2_0", "C2_1"]
+
+
+@pytest.mark.parametrize(
+    "extra", [["--seeds", "1,2"], ["--repeats", "2"], ["--resume"], ["--nproc-per-node", "0"]]
+)
+def test_what_a_distributed_run_cannot_take_is_refused_in_one_line(
+    extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from suite.cli import main
+
+    flags = ["--nproc-per-node", "2"] if "--nproc-per-node" not in extra else []
+    assert main(["run", "--no-tracking", *flags, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")

@@ -52,24 +52,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    if args.nproc_per_node is not None and not args.print_config:
-        from suite.engine.parallel import launched_by_torchrun
+    from suite.engine.parallel import launched_by_torchrun
 
+    distributed = args.nproc_per_node is not None or launched_by_torchrun()
+    if distributed and not args.print_config:
+        if args.seeds is not None or args.repeats is not None or args.resume:
+            raise ConfigError(
+                "a distributed run trains one seed from its start: drop --seeds / --repeats / --resume"
+            )
         if not launched_by_torchrun():
             if args.nproc_per_node < 1:
                 raise ConfigError(
                     f"--nproc-per-node: expected 1 or more, got {args.nproc_per_node}"
-                )
-            if args.seeds is not None or args.repeats is not None or args.resume:
-                raise ConfigError(
-                    "--nproc-per-node runs one seed from its start: drop --seeds / --repeats / --resume"
                 )
             from suite.engine.parallel import Parallel
             from suite.runs.launch import relaunch
             from suite.runs.single import check_distributed
 
             check_distributed(config, Parallel(0, args.nproc_per_node))
-
             return relaunch(args.argv, args.nproc_per_node)
     if args.print_config:
         print(config.to_yaml(), end="")
