@@ -61,12 +61,16 @@ class BatchLoader:
             rows = np.sort(order[start:stop]) if order is not None else slice(start, stop)
             if self.part is not None:
                 yield self._part_of(rows if order is not None else np.arange(start, stop))
-                continue
-            yield Batch(
-                dense=torch.from_numpy(np.array(self.split.dense[rows], dtype=np.float32)),
-                sparse=torch.from_numpy(np.array(self.split.sparse[rows], dtype=np.int64)),
-                label=torch.from_numpy(np.array(self.split.label[rows], dtype=np.float32)),
-            )
+            else:
+                yield self._read(rows)
+
+    def _read(self, rows: np.ndarray | slice, **extra: object) -> Batch:
+        return Batch(
+            dense=torch.from_numpy(np.array(self.split.dense[rows], dtype=np.float32)),
+            sparse=torch.from_numpy(np.array(self.split.sparse[rows], dtype=np.int64)),
+            label=torch.from_numpy(np.array(self.split.label[rows], dtype=np.float32)),
+            **extra,  # type: ignore[arg-type]
+        )
 
     def _part_of(self, rows: np.ndarray) -> Batch:
         rank, world = self.part  # type: ignore[misc]
@@ -77,10 +81,4 @@ class BatchLoader:
             mine = np.concatenate([mine, np.full(size - real, rows[0], dtype=rows.dtype)])
         weight = torch.zeros(size, dtype=torch.float32)
         weight[:real] = 1.0
-        return Batch(
-            dense=torch.from_numpy(np.array(self.split.dense[mine], dtype=np.float32)),
-            sparse=torch.from_numpy(np.array(self.split.sparse[mine], dtype=np.int64)),
-            label=torch.from_numpy(np.array(self.split.label[mine], dtype=np.float32)),
-            weight=weight,
-            loss_norm=len(rows) / world,
-        )
+        return self._read(mine, weight=weight, loss_norm=len(rows) / world)

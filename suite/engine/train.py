@@ -104,13 +104,11 @@ def predict(
     predicts its part of the rows and every rank gets all ``N`` logits."""
     was_training = model.training
     model.eval()
+    out = np.empty(len(split), dtype=np.float32)  # a rank's parts hold at most every row
+    start = 0
     if parallel is None:
-        out = np.empty(len(split), dtype=np.float32)
-        start = 0
         loader = BatchLoader(split, batch_size)
     else:  # a sharded lookup is collective: every rank runs as many batches of one shape
-        out = np.empty(len(split) * parallel.world, dtype=np.float32)
-        start = 0
         loader = BatchLoader(split, batch_size * parallel.world, part=parallel.astuple())
     for batch in progress_bar(loader, desc=desc, enabled=progress, leave=False, unit="batch"):
         batch = batch.to(device)

@@ -190,14 +190,13 @@ def _execute(
 ) -> TaskResult:
     if parallel is not None:
         check_distributed(config, parallel)
-        if not parallel.leader:  # rank 0 alone records the run
+        if not parallel.leader:  # rank 0 alone records the run, and prepares the data first
             config = config.with_overrides({"tracking.enabled": False})
             out = None
-        else:  # the leader prepares the data; the others find it prepared
-            device, data, task = preflight(config, {"--out": out})
-        parallel.barrier()
-    if parallel is None or not parallel.leader:
-        device, data, task = preflight(config, {"--out": out})
+            parallel.barrier()
+    device, data, task = preflight(config, {"--out": out})
+    if parallel is not None and parallel.leader:
+        parallel.barrier()  # the others find the data prepared
     seed_everything(config.seed, config.train.threads)
     env = environment(config.device)
     if parallel is not None:
