@@ -19,6 +19,10 @@ tables, SGD lr 0.1 on the MLPs and on the tables). Per batch size, in one proces
   the same :class:`BatchLoader` and timed over the same window; the loader alone has its
   own row. Windows alternate between the sides; ratios are per pair, with the mean and
   95% CI over pairs (``suite.stats.mean_ci``).
+- **the bound**: both sides run the same GEMMs, so were the suite's step nothing but its
+  GEMMs (its other ops free), suite/plain would be the measured ratio / the suite's GEMM
+  time share (Amdahl). A target above that bound needs faster GEMMs, not less overhead.
+  Both steps' GEMM shares are shown.
 
 Writes ``results/bench/peak.json``.
 """
@@ -30,6 +34,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # isort: off
@@ -86,36 +91,14 @@ def gemm_peak(model: RecModel, batch: int) -> dict:
     return {"peak_flops": max(rates.values()), "per_shape": rates}
 
 
-def profiled_gemm_rate(model: RecModel, config: RunConfig, data: PreparedDataset, batch: int):
-    """FLOPs and own time of the step's GEMMs, from the profiler over a few real steps."""
-    dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
-    batches = cycle(BatchLoader(data.split("train"), batch, shuffle=True, seed=1))
-    for step in range(1, 4):
-        train_step(model, next(batches), dense_opt, step)
-    steps = 20 if batch < 1024 else 5
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True
-    ) as prof:
-        for step in range(4, 4 + steps):
-            train_step(model, next(batches), dense_opt, step)
-    events = [e for e in prof.key_averages() if e.key in GEMMS]
-    total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
-    flops = sum(e.flops for e in events)
-    seconds = sum(e.self_cpu_time_total for e in events) / 1e6
-    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]
-    return {
-        "top_ops_self_share": {e.key: e.self_cpu_time_total / 1e6 / total for e in ops},
-        "gemm_flops_per_step": flops / steps,
-        "gemm_seconds_share": seconds / total,
-        "gemm_flops_per_s": flops / seconds,
-    }
+Step = Callable[[], int]
 
 
-def measure_suite(config: RunConfig, data: PreparedDataset, batch: int, seconds: float) -> Window:
+def suite_step(config: RunConfig, data: PreparedDataset, batch: int) -> Step:
+    """The suite's loop: fbgemm table-batched embeddings with fused SGD, ``train_step``."""
     model = build_model(config, data)
     dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
     batches = cycle(BatchLoader(data.split("train"), batch, shuffle=True, seed=config.seed))
-
     step = 0
 
     def one() -> int:
@@ -125,10 +108,10 @@ def measure_suite(config: RunConfig, data: PreparedDataset, batch: int, seconds:
         train_step(model, b, dense_opt, step)
         return len(b)
 
-    return timed_window(one, torch.device("cpu"), 3, None, seconds)
+    return one
 
 
-def measure_plain(config: RunConfig, data: PreparedDataset, batch: int, seconds: float) -> Window:
+def plain_step(config: RunConfig, data: PreparedDataset, batch: int) -> Step:
     """The reference script's way: EmbeddingBag per table, one SGD over everything."""
     seed_everything(config.seed)
     options = config.model.typed_options()
@@ -150,7 +133,34 @@ def measure_plain(config: RunConfig, data: PreparedDataset, batch: int, seconds:
         optimizer.step()
         return len(b)
 
-    return timed_window(one, torch.device("cpu"), 3, None, seconds)
+    return one
+
+
+def profiled_gemm_rate(step: Step, batch: int) -> dict:
+    """FLOPs and own time of a step's GEMMs, from the profiler over a few real steps."""
+    for _ in range(3):
+        step()
+    steps = 20 if batch < 1024 else 5
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True
+    ) as prof:
+        for _ in range(steps):
+            step()
+    events = [e for e in prof.key_averages() if e.key in GEMMS]
+    total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
+    flops = sum(e.flops for e in events)
+    seconds = sum(e.self_cpu_time_total for e in events) / 1e6
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]
+    return {
+        "top_ops_self_share": {e.key: e.self_cpu_time_total / 1e6 / total for e in ops},
+        "gemm_flops_per_step": flops / steps,
+        "gemm_seconds_share": seconds / total,
+        "gemm_flops_per_s": flops / seconds,
+    }
+
+
+def measure(make: Callable[..., Step], config, data, batch: int, seconds: float) -> Window:
+    return timed_window(make(config, data, batch), torch.device("cpu"), 3, None, seconds)
 
 
 def ci_text(values: list[float]) -> str:
@@ -187,14 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(config, data)
         flops_per_example = training_flops(model, 1)
         peak = gemm_peak(model, batch)
-        profiled = profiled_gemm_rate(model, config, data, batch)
+        profiled = profiled_gemm_rate(suite_step(config, data, batch), batch)
+        plain_profiled = profiled_gemm_rate(plain_step(config, data, batch), batch)
         loader = BatchLoader(data.split("train"), batch, shuffle=True, seed=0)
         suite_runs, plain_runs, loader_runs = [], [], []
         for r in range(args.repeats):
-            pair = [measure_suite, measure_plain] if r % 2 == 0 else [measure_plain, measure_suite]
-            for fn in pair:
-                window = fn(config, data, batch, args.seconds)
-                (suite_runs if fn is measure_suite else plain_runs).append(window)
+            pair = [suite_step, plain_step] if r % 2 == 0 else [plain_step, suite_step]
+            for make in pair:
+                window = measure(make, config, data, batch, args.seconds)
+                (suite_runs if make is suite_step else plain_runs).append(window)
             loader_runs.append(measure_loader(loader, 2, None, args.seconds / 4))
         ratios = [
             s.samples_per_second / p.samples_per_second
@@ -204,11 +215,16 @@ def main(argv: list[str] | None = None) -> int:
             s.samples_per_cpu_second / p.samples_per_cpu_second
             for s, p in zip(suite_runs, plain_runs, strict=True)
         ]
+        # Amdahl: were the suite's step nothing but its GEMMs (at today's rate), it would be
+        # 1 / GEMM share faster; the plain baseline runs the same GEMMs
+        bound = [r / profiled["gemm_seconds_share"] for r in ratios]
         floor = [flops_per_example * s.samples_per_second / peak["peak_flops"] for s in suite_runs]
         entry = {
             "flops_per_example": flops_per_example,
             "gemm_peak": peak,
             "step_gemm": profiled,
+            "plain_step_gemm": plain_profiled,
+            "ratio_bound_gemm_only": bound,
             "gemm_rate_fraction_of_peak": profiled["gemm_flops_per_s"] / peak["peak_flops"],
             "floor_fraction": floor,
             "suite_samples_per_s": [w.samples_per_second for w in suite_runs],
@@ -226,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{peak['peak_flops'] / 1e9:.0f}",
                 f"{profiled['gemm_flops_per_s'] / 1e9:.0f}",
                 f"{entry['gemm_rate_fraction_of_peak']:.0%}",
-                f"{profiled['gemm_seconds_share']:.0%}",
+                f"{profiled['gemm_seconds_share']:.0%} / {plain_profiled['gemm_seconds_share']:.0%}",
+                ci_text(bound) + "x",
                 ci_text(floor),
                 f"{min(w.samples_per_second for w in loader_runs) / max(entry['suite_samples_per_s']):.0f}x",
             ]
@@ -238,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         "GEMM peak GF/s",
         "step GEMM GF/s",
         "of peak",
-        "GEMM time share",
+        "GEMM share suite/plain",
+        "bound if GEMMs only",
         "floor fraction",
         "loader/suite",
     ]
