@@ -32,6 +32,7 @@ from suite.leaderboard.metrics import primary_metric, spec_for
 from suite.leaderboard.schema import FILENAME_PATTERN, Submission
 from suite.results import MetricSpec
 from suite.stats import Interval, mean_ci
+from suite.units import human_bytes
 
 MEMORY_METRIC = "embedding_bytes"
 README = "README.md"
@@ -177,13 +178,6 @@ def format_p(p: float) -> str:
 
 
 # -- formatting ---------------------------------------------------------------------------
-
-
-def human_bytes(value: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= size:
-            return f"{value / size:.2f} {unit}"
-    return f"{value:.0f} B"
 
 
 def human_count(value: float) -> str:

@@ -9,6 +9,7 @@ import torch
 
 from suite.config import RunConfig
 from suite.errors import ConfigError
+from suite.units import human_bytes
 
 FLOAT_BYTES = 4
 
@@ -40,14 +41,6 @@ def check_output_path(
         raise ConfigError(f"{field}: cannot write {path}: {ancestor} is not writable")
     if kind == "file" and path.exists() and not os.access(path, os.W_OK):
         raise ConfigError(f"{field}: cannot write {path}: permission denied")
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
 
 
 def available_bytes(device: torch.device) -> int:
