@@ -136,11 +136,11 @@ def plain_step(config: RunConfig, data: PreparedDataset, batch: int) -> Step:
     return one
 
 
-def profiled_gemm_rate(step: Step, batch: int) -> dict:
+def profiled_gemm_rate(step: Step, batch: int, steps: int | None = None) -> dict:
     """FLOPs and own time of a step's GEMMs, from the profiler over a few real steps."""
     for _ in range(3):
         step()
-    steps = 20 if batch < 1024 else 5
+    steps = steps or (20 if batch < 1024 else 5)
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True
     ) as prof:
