@@ -159,7 +159,14 @@ def profiled_gemm_rate(step: Step, batch: int, steps: int | None = None) -> dict
     }
 
 
-def measure(make: Callable[..., Step], config, data, batch: int, seconds: float) -> Window:
+def measure(
+    make: Callable[[RunConfig, PreparedDataset, int], Step],
+    config: RunConfig,
+    data: PreparedDataset,
+    batch: int,
+    seconds: float,
+) -> Window:
+    """A fresh ``make`` side's samples/s over a window of ``seconds`` (after 3 warm-up steps)."""
     return timed_window(make(config, data, batch), torch.device("cpu"), 3, None, seconds)
 
 
