@@ -38,8 +38,8 @@ from suite.data.loader import BatchLoader  # noqa: E402
 from suite.data.source import get_prepared  # noqa: E402
 from suite.engine.build import build_model  # noqa: E402
 from suite.engine.comm_codec import all_to_all_pooled, table_bounds  # noqa: E402
+from suite.engine.parallel import gather_to_file, spawn_gloo  # noqa: E402
 from suite.engine.train import make_dense_optimizer, train_step  # noqa: E402
-from suite.tasks.sharding_measure import gather_to_file, spawn_gloo  # noqa: E402
 
 CODECS = ("none", "fp16", "bf16", "lossy")
 

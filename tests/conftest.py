@@ -21,6 +21,15 @@ TINY_DATA = {
 }
 
 
+# The checkpoint task at its smallest: 24 steps, a checkpoint every 6, one 4-bit kind.
+SHORT_CHECKPOINT_TASK = [
+    "train.max_steps=24",
+    "task.options.interval_steps=6",
+    "task.options.bits=[4]",
+    "task.options.combined_bits=[4]",
+]
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test gets its own prepared-data cache, MLflow store and working directory."""

@@ -9,18 +9,13 @@ import pytest
 
 from suite.errors import ConfigError
 from suite.runs.single import execute
-from tests.conftest import tiny_config
+from tests.conftest import SHORT_CHECKPOINT_TASK, tiny_config
 
 
 def test_checkpoint_task_reports_bytes_and_restored_accuracy(isolated: Path) -> None:
     config = tiny_config(
         task="checkpoint",
-        overrides=[
-            "train.max_steps=24",
-            "task.options.interval_steps=6",
-            "task.options.bits=[4]",
-            "task.options.combined_bits=[4]",
-        ],
+        overrides=SHORT_CHECKPOINT_TASK,
     )
     result = execute(config)
     m = result.metrics

@@ -17,7 +17,7 @@ from suite.engine.comm_codec import (
     table_bounds,
     to_bytes,
 )
-from suite.tasks.sharding_measure import gather_to_file, spawn_gloo
+from suite.engine.parallel import gather_to_file, spawn_gloo
 
 BATCH, TABLES, DIM, BOUND = 64, 5, 8, 0.01
 

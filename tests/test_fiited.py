@@ -17,7 +17,7 @@ from suite.engine.build import build_model
 from suite.engine.train import evaluate, train
 from suite.errors import ConfigError
 from suite.runs.single import execute
-from tests.conftest import tiny_config
+from tests.conftest import SHORT_CHECKPOINT_TASK, tiny_config
 
 CPU = torch.device("cpu")
 
@@ -386,10 +386,7 @@ def test_checkpoint_task_runs_on_fiited() -> None:
         task="checkpoint",
         overrides=[
             *FIITED_RUN[:2],
-            "train.max_steps=24",
-            "task.options.interval_steps=6",
-            "task.options.bits=[4]",
-            "task.options.combined_bits=[4]",
+            *SHORT_CHECKPOINT_TASK,
             "task.options.plot=false",
         ],
     )

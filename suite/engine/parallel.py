@@ -7,8 +7,10 @@ imports at module level, so the task interface can name it cheaply.
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -101,3 +103,61 @@ def leave_process_group() -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# -- a local gloo group for measurements (not runs: those go through torchrun) --
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn_gloo(fn: Callable[..., None], world: int, *args: Any) -> None:
+    """Run ``fn(rank, world, *args)`` in ``world`` fresh processes joined by a gloo group
+    on this machine (a free local port); raises if any rank fails. ``fn`` must be
+    importable (a module-level function)."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_gloo_entry, args=(world, _free_port(), fn, args), nprocs=world, join=True)
+
+
+def _gloo_entry(rank: int, world: int, port: int, fn: Callable[..., None], args: tuple) -> None:
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world),
+        }
+    )
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        fn(rank, world, *args)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def gather_to_file(rank: int, figures: Any, path: str) -> None:
+    """All ranks' ``figures`` as a JSON list, written atomically by rank 0."""
+    import json
+
+    import torch.distributed as dist
+
+    from suite.fileio import write_text_atomic
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, figures)
+    if rank == 0:
+        write_text_atomic(path, json.dumps(gathered))

@@ -22,16 +22,15 @@ what the plan decides.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from suite.engine.parallel import gather_to_file, spawn_gloo
 
 
 @dataclass(frozen=True)
@@ -55,12 +54,6 @@ def capped_ids(sparse: np.ndarray, rows: list[int], features: int, need: int) ->
     chunk = np.asarray(sparse[take]).astype(np.int64)
     cols = [chunk[:, t % features] % rows[t] for t in range(len(rows))]
     return np.stack(cols, axis=1)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def measure_plans(
@@ -120,53 +113,6 @@ def _generators(tables: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             raise ValueError(f"sharding type {kind!r} of table {t['table']} cannot be measured")
     return out
-
-
-def spawn_gloo(fn: Callable[..., None], world: int, *args: Any) -> None:
-    """Run ``fn(rank, world, *args)`` in ``world`` fresh processes joined by a gloo group
-    on this machine (a free local port); raises if any rank fails. ``fn`` must be
-    importable (a module-level function)."""
-    import torch.multiprocessing as mp
-
-    mp.spawn(_gloo_entry, args=(world, _free_port(), fn, args), nprocs=world, join=True)
-
-
-def _gloo_entry(rank: int, world: int, port: int, fn: Callable[..., None], args: tuple) -> None:
-    import warnings
-
-    import torch
-    import torch.distributed as dist
-
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
-    os.environ.update(
-        {
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world),
-        }
-    )
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def gather_to_file(rank: int, figures: Any, path: str) -> None:
-    """All ranks' ``figures`` as a JSON list, written atomically by rank 0."""
-    import torch.distributed as dist
-
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, figures)
-    if rank == 0:
-        tmp = path + ".tmp"
-        Path(tmp).write_text(json.dumps(gathered))
-        os.replace(tmp, path)
 
 
 def _rank_main(rank: int, world: int, job_dict: dict[str, Any]) -> None:
