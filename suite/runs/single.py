@@ -290,10 +290,13 @@ def _run(
     ctx = _TrackedContext(config, data, device, log_metrics, validation, checkpoints, parallel)
     output = task.run(ctx)
     plan = output.details.get("sharding_plan")
-    if plan and (parallel is None or parallel.leader):
+    plan_text = None
+    if plan:
         from suite.engine.distributed import format_plan
 
-        print(format_plan(plan), flush=True)
+        plan_text = format_plan(plan)
+        if parallel is None or parallel.leader:
+            print(plan_text, flush=True)
     final_step = int(output.details.get("steps", last_step) or last_step)
     _check_finite(config, output.metrics, final_step)
     path = result_path(config, data.fingerprint)
@@ -335,10 +338,8 @@ def _run(
             tracker.call(
                 "log its arrays", lambda: tracker.client.log_artifact(tracker.run_id, arrays_file)
             )
-        if plan:
-            from suite.engine.distributed import format_plan
-
-            tracker.log_text(format_plan(plan), "sharding_plan.txt")
+        if plan_text is not None:
+            tracker.log_text(plan_text, "sharding_plan.txt")
             tracker.log_text(_json(plan), "sharding_plan.json")
         if ctx.model is not None and parallel is None:
             from suite.runs.model_log import log_model
