@@ -261,6 +261,42 @@ def test_duplicates_are_counted_warned_and_dropped(
     assert len(np.unique(rows, axis=0)) == 400  # every kept row distinct, none lost
 
 
+def test_row_hashes_tell_rows_apart_by_any_one_value() -> None:
+    from suite.data.pipeline import row_hashes
+
+    rng = np.random.default_rng(0)
+    n, num_dense, num_sparse = 400, 3, 4
+    label = (rng.random(n) < 0.5).astype(np.float32)
+    dense = rng.random((n, num_dense)).astype(np.float32)
+    keys = [rng.integers(0, 2**64 - 1, 50, dtype=np.uint64) for _ in range(num_sparse)]
+    local = rng.integers(-1, 50, (n, num_sparse)).astype(np.int32)
+    base = row_hashes(label, dense, local, keys)
+    assert len(np.unique(base)) == n  # no collision among distinct random rows
+    # rows equal in value hash alike, whatever their chunk-local indices
+    shuffled = [np.roll(k, 1) for k in keys]
+    relocal = np.where(local < 0, -1, (local + 1) % 50).astype(np.int32)
+    assert np.array_equal(row_hashes(label, dense, relocal, shuffled), base)
+    # a change in any single value (label, one dense bit, one key, a missing key) moves it
+    for change in range(1 + num_dense + num_sparse):
+        other_label, other_dense, other_local = label.copy(), dense.copy(), local.copy()
+        if change == 0:
+            other_label[0] = 1 - other_label[0]
+        elif change <= num_dense:
+            other_dense[0, change - 1] = np.nextafter(other_dense[0, change - 1], 2)
+        else:
+            f = change - 1 - num_dense
+            other_local[0, f] = -1 if other_local[0, f] >= 0 else 0
+        hashed = row_hashes(other_label, other_dense, other_local, keys)
+        assert hashed[0] != base[0] and np.array_equal(hashed[1:], base[1:]), change
+    # the same value in another column is another row
+    swapped = local.copy()
+    swapped[:, [0, 1]] = swapped[:, [1, 0]]
+    same_keys = [keys[0]] * num_sparse
+    assert (
+        row_hashes(label, dense, swapped, same_keys) != row_hashes(label, dense, local, same_keys)
+    )[local[:, 0] != local[:, 1]].all()
+
+
 def test_movielens_counts_ratings_whose_user_or_item_is_unknown(tmp_path: Path) -> None:
     directory = ml100k(tmp_path)
     extra = "".join(

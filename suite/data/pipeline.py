@@ -317,18 +317,44 @@ def row_hashes(
 ) -> np.ndarray:
     """uint64 ``[n]``: a 64-bit hash of each row's label, dense bits and raw categorical
     values (``local [n, F]`` indices into each feature's ``keys``, -1 missing), so equal
-    rows, and in practice only they, hash alike."""
+    rows, and in practice only they, hash alike.
+
+    Each of the row's values goes through its column's own bijective mix (xorshift, then
+    an odd multiplier), the mixed values are summed and the sum is mixed once more: rows
+    that differ in one value never collide, in more only by a 64-bit coincidence.
+    """
+    n, num_dense = dense.shape
+    multipliers = _multipliers(1 + num_dense + local.shape[1])
+    h = np.zeros(n, dtype=np.uint64)
+    value = np.empty(n, dtype=np.uint64)
+    spare = np.empty(n, dtype=np.uint64)
+
+    def add(column: int) -> None:  # h += mix_column(value), in place
+        np.right_shift(value, np.uint64(31), out=spare)
+        np.bitwise_xor(value, spare, out=value)
+        np.multiply(value, multipliers[column], out=value)
+        np.add(h, value, out=h)
+
     with np.errstate(over="ignore"):
-        h = splitmix64(np.asarray(label, dtype=np.float32).view(np.uint32).astype(np.uint64))
-        for j in range(dense.shape[1]):
-            bits = np.ascontiguousarray(dense[:, j], dtype=np.float32).view(np.uint32)
-            h = splitmix64(h ^ bits.astype(np.uint64))
+        value[:] = np.asarray(label, dtype=np.float32).view(np.uint32)
+        add(0)
+        for j in range(num_dense):
+            value[:] = np.ascontiguousarray(dense[:, j], dtype=np.float32).view(np.uint32)
+            add(1 + j)
         for f, k in enumerate(keys):
             idx = local[:, f]
-            value = k[np.maximum(idx, 0)] if len(k) else np.zeros(len(idx), np.uint64)
-            value = np.where(idx < 0, _MISSING_KEY, value)
-            h = splitmix64(h ^ value)
-    return h
+            if len(k):
+                np.take(k, np.maximum(idx, 0), out=value)
+            else:
+                value[:] = 0
+            value[idx < 0] = _MISSING_KEY
+            add(1 + num_dense + f)
+        return splitmix64(h)
+
+
+def _multipliers(count: int) -> np.ndarray:
+    """uint64 ``[count]``: one fixed odd multiplier per column."""
+    return splitmix64(np.arange(1, count + 1, dtype=np.uint64)) | np.uint64(1)
 
 
 _MISSING_KEY = np.uint64(0xA5A5_5A5A_C3C3_3C3C)

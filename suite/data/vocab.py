@@ -31,6 +31,8 @@ import pyarrow.compute as pc
 MISSING = 0
 RARE = 1
 FIRST_ID = 2
+SORTED_LOOKUP_KEYS = 1 << 18
+"""From this many keys (2 MB), a vocabulary's lookups sort their keys first."""
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -89,8 +91,18 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+_BYTE_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [2**64 - 1], dtype=np.uint64)
+_ONES = np.uint64(0x0101_0101_0101_0101)
+_HIGH_BITS = np.uint64(0x8080_8080_8080_8080)
+
+
 def string_keys(values: pa.Array) -> np.ndarray:
-    """uint64 keys of a string/binary array without nulls (see the module docstring)."""
+    """uint64 keys of a string/binary array (see the module docstring); a null slot's key
+    is that of its (normally empty) bytes, for the caller to mask.
+
+    Each value is read as the 8 bytes from its start (an unaligned ``uint64`` view of the
+    data buffer): masked to its length and byte-swapped, that word is the packed key.
+    """
     n = len(values)
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
@@ -98,21 +110,23 @@ def string_keys(values: pa.Array) -> np.ndarray:
         values = values.cast(pa.string() if pa.types.is_large_string(values.type) else pa.binary())
     _, offsets_buf, data_buf = values.buffers()
     offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=values.offset * 4)
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8)
-        if data_buf is not None and data_buf.size
-        else np.zeros(1, np.uint8)
-    )
-    starts = offsets[:-1].astype(np.int64)
-    lengths = np.diff(offsets).astype(np.int64)
-    width = np.arange(8)
-    inside = width < lengths[:, None]
-    where = np.minimum(starts[:, None] + width, data.size - 1)
-    packed = np.where(inside, data[where], 0).astype(np.uint8)
-    keys = packed.view(">u8").ravel().astype(np.uint64)
-    hashed = (lengths > 8) | (packed >= 0x80).any(axis=1) | ((packed == 0) & inside).any(axis=1)
+    size = data_buf.size if data_buf is not None else 0
+    data = np.zeros(size + 8, dtype=np.uint8)  # 8 spare bytes: every start has a whole word
+    if size:
+        data[:size] = np.frombuffer(data_buf, dtype=np.uint8)
+    words = np.ndarray(shape=(size + 1,), dtype="<u8", buffer=data, strides=(1,))
+    starts = offsets[:-1]
+    lengths = offsets[1:] - starts
+    short = np.minimum(lengths, 8)
+    word = words[starts] & _BYTE_MASKS[short]
+    # a byte >= 0x80, or a NUL inside the value (bytes past the value read as 0x01)
+    filled = word | (~_BYTE_MASKS[short] & _ONES)
+    with np.errstate(over="ignore"):
+        has_nul = ((filled - _ONES) & ~filled & _HIGH_BITS) != 0
+    hashed = (lengths > 8) | ((word & _HIGH_BITS) != 0) | has_nul
+    keys = word.byteswap()
     if hashed.any():
-        keys[hashed] = _fnv1a(data, starts[hashed], lengths[hashed]) | _HASHED
+        keys[hashed] = _fnv1a(data, starts[hashed].astype(np.int64), lengths[hashed]) | _HASHED
     return keys
 
 
@@ -251,5 +265,13 @@ class Vocabulary:
         """int32 ids of ``keys``; unknown keys get ``RARE``."""
         if len(self.keys) == 0 or len(keys) == 0:
             return np.full(len(keys), RARE, dtype=np.int32)
-        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        if len(self.keys) >= SORTED_LOOKUP_KEYS:
+            # sorted needles walk a large vocabulary in order, not by cache misses: ~4x
+            # faster for 100k lookups into 10M keys
+            order = np.argsort(keys)
+            pos = np.empty(len(keys), dtype=np.intp)
+            pos[order] = np.searchsorted(self.keys, keys[order])
+        else:
+            pos = np.searchsorted(self.keys, keys)
+        pos = np.minimum(pos, len(self.keys) - 1)
         return np.where(self.keys[pos] == keys, self.ids[pos], RARE).astype(np.int32)

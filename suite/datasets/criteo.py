@@ -70,8 +70,8 @@ def criteo_chunk(parsed: Parsed, source: int = 0) -> Chunk:
     table = parsed.table
     dense = np.empty((table.num_rows, len(DENSE)), dtype=np.float32)
     for j, name in enumerate(DENSE):
-        values = numpy_column(table.column(name), fill=0).astype(np.float64)
-        dense[:, j] = np.log1p(np.maximum(values, 0.0))
+        values = numpy_column(table.column(name).combine_chunks(), fill=0)
+        dense[:, j] = np.log1p(np.maximum(values, 0), dtype=np.float64)
     sparse = [table.column(name) for name in SPARSE]
     return chunk_from_arrays(label, dense, sparse, parsed.row_index(), source)
 

@@ -1,0 +1,76 @@
+"""Categorical keys and vocabularies (``suite.data.vocab``) against plain-Python references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from suite.data import vocab
+from suite.data.vocab import FIRST_ID, RARE, Vocabulary, encode_column, string_keys
+
+
+def reference_key(value: bytes) -> int | None:
+    """The packed key of a short ASCII value without NUL (else None: the hashed space)."""
+    if len(value) > 8 or any(b >= 0x80 or b == 0 for b in value):
+        return None
+    return int.from_bytes(value.ljust(8, b"\0"), "big")
+
+
+VALUES = [b"", b"a", b"ab", b"0000000a", b"ffffffff", b"123456789", b"a" * 40, b"\xc3\xa9",
+          b"a\x00", b"\x7f", b"abcdefg\x00", b"zzzzzzzz", b"caf\xc3\xa9"]  # fmt: skip
+
+
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_string_keys_match_the_packing_rule(offset: int) -> None:
+    values = pa.array(VALUES * 3, type=pa.binary()).slice(offset)
+    keys = string_keys(values)
+    raw = values.to_pylist()
+    for value, key in zip(raw, keys.tolist(), strict=True):
+        expected = reference_key(value)
+        if expected is None:
+            assert key >= 2**63, value
+        else:
+            assert key == expected, value
+    # a hashed key depends on the bytes alone, not on where they sit
+    by_value: dict[bytes, set[int]] = {}
+    for value, key in zip(raw, keys.tolist(), strict=True):
+        by_value.setdefault(value, set()).add(key)
+    assert all(len(k) == 1 for k in by_value.values())
+    assert len({next(iter(k)) for k in by_value.values()}) == len(by_value)
+
+
+def test_string_keys_of_strings_equal_those_of_their_bytes() -> None:
+    text = ["d9c2825f", "", "é", "x" * 9]
+    assert (
+        string_keys(pa.array(text)).tolist()
+        == string_keys(pa.array([t.encode() for t in text], type=pa.binary())).tolist()
+    )
+
+
+def test_encode_column_round_trips_with_nulls_and_slices() -> None:
+    column = pa.chunked_array(
+        [pa.array(["b", None, "a"]), pa.array(["a", "c" * 12, None, "b"]).slice(1)]
+    )
+    local, keys = encode_column(column, None)
+    decoded = [None if i < 0 else int(keys[i]) for i in local]
+    expected = [
+        None if v is None else int(string_keys(pa.array([v]))[0]) for v in column.to_pylist()
+    ]
+    assert decoded == expected
+
+
+@pytest.mark.parametrize("sorted_from", [1, 10**9], ids=["sorted-lookup", "plain-lookup"])
+def test_vocabulary_lookup(monkeypatch: pytest.MonkeyPatch, sorted_from: int) -> None:
+    monkeypatch.setattr(vocab, "SORTED_LOOKUP_KEYS", sorted_from)
+    rng = np.random.default_rng(0)
+    keys = np.unique(rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64))
+    counts = rng.integers(1, 6, len(keys))
+    built = Vocabulary.build(keys, counts, min_count=3)
+    ids = dict(zip(built.keys.tolist(), built.ids.tolist(), strict=True))
+    assert sorted(ids.values()) == list(range(FIRST_ID, FIRST_ID + built.frequent))
+    unknown = rng.integers(0, 2**64 - 1, 1000, dtype=np.uint64)
+    queries = np.concatenate([keys, unknown, keys[::-7]])
+    rng.shuffle(queries)
+    got = built.lookup(queries).tolist()
+    assert got == [ids.get(int(q), RARE) for q in queries]
