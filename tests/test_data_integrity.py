@@ -499,3 +499,54 @@ def test_a_cache_folder_that_is_a_file_is_one_line(tmp_path: Path) -> None:
     ).dataset
     with pytest.raises(DataError, match=r"afile/criteo-kaggle: Not a directory while preparing"):
         get_prepared(spec, progress=False, rebuild=True)
+
+
+# --- the spill: in memory up to a budget, the rest on files ------------------------------------
+
+
+def _prepared_contents(data) -> dict[str, object]:
+    manifest = {k: v for k, v in data.manifest.items() if k not in ("created", "prepared_at")}
+    return {"fingerprint": data.fingerprint, "manifest": json.dumps(manifest, sort_keys=True)}
+
+
+@pytest.mark.parametrize("dataset", ["criteo-dedupe", "avazu-by-day"])
+def test_spill_in_memory_on_files_or_both_prepares_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dataset: str
+) -> None:
+    import suite.data.pipeline as pipeline
+    import suite.data.raw as raw_module
+
+    monkeypatch.setattr(raw_module, "BLOCK_BYTES", 1500)  # many chunks
+    if dataset == "criteo-dedupe":
+        distinct = criteo_lines(300, seed=5)
+        raw = write(tmp_path / "train.txt", distinct + distinct[:30] * 3)
+
+        def build():
+            return get_prepared(criteo_spec(raw, dedupe="true"), progress=False, rebuild=True)
+    else:
+        from tests.test_datasets_avazu import prepare as prepare_avazu
+        from tests.test_datasets_avazu import write as write_avazu
+
+        days = ["14102100", "14102205", "14102317", "14102423"]
+        raw = write_avazu(tmp_path, [avazu_row(i, i % 2, days[i * 4 // 200]) for i in range(200)])
+
+        def build():
+            return prepare_avazu(raw, "by-day")
+
+    spilled: dict[str, list[int]] = {}
+    original = pipeline._Spill.add
+
+    def add(self, *args, **kwargs) -> None:
+        original(self, *args, **kwargs)
+        spilled.setdefault(budget_name, []).append(self.records[-1].file_start)
+
+    monkeypatch.setattr(pipeline._Spill, "add", add)
+    results = {}
+    for budget_name, budget in [("memory", 1 << 40), ("files", 0), ("both", 6000)]:
+        monkeypatch.setattr(pipeline, "spill_memory_budget", lambda budget=budget: budget)
+        results[budget_name] = _prepared_contents(build())
+    starts = {name: np.asarray(s) for name, s in spilled.items()}
+    assert (starts["memory"] < 0).all() and (starts["files"] >= 0).all()
+    assert (starts["both"] < 0).any() and (starts["both"] >= 0).any()
+    assert len(starts["files"]) > 5
+    assert results["memory"] == results["files"] == results["both"]
