@@ -1,12 +1,13 @@
 """How fast is `prepare` next to a bare pyarrow parse of the same Criteo file?
 
-    python benchmarks/bench_prepare.py [--rows N] [--raw PATH] [--profile]
+    python benchmarks/bench_prepare.py [--rows N] [--raw PATH] [--rounds 3] [--profile]
                                        [--out results/bench/prepare.json]
 
 Writes a Criteo Kaggle-format ``train.txt`` of N rows (default 1,000,000) with
 ``benchmarks/gen_criteo.py`` (or takes an existing one with ``--raw``; the Kaggle size is
 ``--rows 45840617``, ~11 GB: generate it once on a local disk and pass it with ``--raw``),
-then times, each in its own fresh process with the file in the page cache:
+then times ``--rounds`` interleaved pairs, each side in its own fresh process with the file in
+the page cache:
 
 - ``bare``: ``pyarrow.csv``'s streaming reader over the file at pyarrow's default 1 MB
   block (all cores, bounded memory), the floor. That is the fastest bare parse measured
@@ -15,8 +16,9 @@ then times, each in its own fresh process with the file in the page cache:
 - ``prepare``: ``criteo-kaggle`` (protocol ``dlrm``) from raw text to published arrays:
   parse, vocabulary, ids, split, writing and fingerprint.
 
-Prints both as rows/s of work, the ratio (target: prepare <= 3x bare) and each process's
-peak RSS, and writes them as JSON. ``--profile`` runs the prepare process once more under
+Prints both as rows/s of work, the ratio, with 95% CIs over the pairs, each process's CPU
+seconds and peak RSS, and whether the targets hold (>= 400k rows/s, <= 3x the bare parse,
+<= 8 GB), and writes them as JSON. ``--profile`` runs the prepare process once more under
 ``cProfile`` (after the timed run, so the timing is clean) and prints where its time goes.
 """
 
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen_criteo import NAMES, generate  # noqa: E402
 
+from suite.stats import Interval, mean_ci, verdict  # noqa: E402
+
 BARE_BLOCK_BYTES = 1 << 20
 """pyarrow's default block: its fastest here (larger blocks parse with less parallelism)."""
 
@@ -54,16 +59,22 @@ def run_bare(path: Path) -> dict[str, object]:
     parse = pacsv.ParseOptions(delimiter="\t")
     # categorical values stay strings (an all-digit hex value must not make a column int)
     convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in NAMES if n[0] == "C"})
-    start = time.perf_counter()
+    cpu, start = _cpu_seconds(), time.perf_counter()
     rows = sum(len(b) for b in pacsv.open_csv(str(path), read, parse, convert))
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "rows": rows, "mode": "open_csv", "peak_rss_mb": _peak_rss_mb()}
+    return {
+        "seconds": seconds,
+        "rows": rows,
+        "mode": "open_csv",
+        "peak_rss_mb": _peak_rss_mb(),
+        "cpu_s": _cpu_seconds() - cpu,
+    }
 
 
 def run_prepare(path: Path, out: Path) -> dict[str, object]:
     from suite.datasets.criteo import CriteoKaggle, CriteoOptions
 
-    start = time.perf_counter()
+    cpu, start = _cpu_seconds(), time.perf_counter()
     data = CriteoKaggle().build(CriteoOptions(), "dlrm", path, out, progress=False)
     seconds = time.perf_counter() - start
     return {
@@ -72,6 +83,7 @@ def run_prepare(path: Path, out: Path) -> dict[str, object]:
         "fingerprint": data.fingerprint,
         "ids": int(sum(data.schema.cardinalities)),
         "peak_rss_mb": _peak_rss_mb(),
+        "cpu_s": _cpu_seconds() - cpu,
     }
 
 
@@ -93,6 +105,12 @@ def run_profile(path: Path, out: Path, top: int = 30) -> dict[str, object]:
     return {"profile": lines}
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds this process spent so far, user and system (kernel) mode together."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _peak_rss_mb() -> float:
     """Peak resident memory of this process image (``VmHWM``: unlike ``ru_maxrss`` it does
     not inherit the parent's memory across fork and exec)."""
@@ -112,6 +130,108 @@ def _child(kind: str, path: Path, out: Path) -> dict[str, object]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+TARGET_ROWS_PER_S = 400_000
+TARGET_RATIO = 3.0
+TARGET_RSS_MB = 8 * 1024
+
+
+def summarize(
+    raw: Path, bares: list[dict[str, object]], prepares: list[dict[str, object]]
+) -> dict[str, object]:
+    """Print and return the rounds' figures: means with 95% CIs over the pairs."""
+    import pyarrow
+
+    rows = int(bares[0]["rows"])
+    size_mb = raw.stat().st_size / 1e6
+    bare_s = [float(b["seconds"]) for b in bares]
+    prepare_s = [float(p["seconds"]) for p in prepares]
+    ratios = [p / b for p, b in zip(prepare_s, bare_s, strict=True)]
+    bare_rate, prepare_rate = (
+        mean_ci([rows / s for s in bare_s]),
+        mean_ci([rows / s for s in prepare_s]),
+    )
+    ratio = mean_ci(ratios)
+    rss = max(float(p["peak_rss_mb"]) for p in prepares)
+    cpu = [float(p["cpu_s"]) for p in prepares]
+    bare_cpu = [float(b["cpu_s"]) for b in bares]
+
+    def interval(ci: Interval) -> list[float]:
+        return [round(ci.low, 3), round(ci.high, 3)]
+
+    print(
+        f"bare pyarrow.csv.open_csv: {_mean(bare_s):.2f}s, {bare_rate.mean:,.0f} rows/s "
+        f"[{bare_rate.low:,.0f}, {bare_rate.high:,.0f}], {size_mb / _mean(bare_s):.0f} MB/s, "
+        f"{_mean(bare_cpu):.1f} CPU-s, peak RSS {max(float(b['peak_rss_mb']) for b in bares)} MB"
+    )
+    print(
+        f"prepare criteo-kaggle:     {_mean(prepare_s):.2f}s, {prepare_rate.mean:,.0f} rows/s "
+        f"[{prepare_rate.low:,.0f}, {prepare_rate.high:,.0f}], {size_mb / _mean(prepare_s):.0f} "
+        f"MB/s, {_mean(cpu):.1f} CPU-s, peak RSS {rss} MB"
+    )
+    checks = {
+        "rows_per_s": judge(prepare_rate, "greater", TARGET_ROWS_PER_S),
+        "ratio": judge(ratio, "less", TARGET_RATIO),
+        "peak_rss": "holds" if rss <= TARGET_RSS_MB else "does not hold",
+    }
+    print(
+        f"prepare / bare: {ratio.mean:.2f} [{ratio.low:.2f}, {ratio.high:.2f}] over "
+        f"{len(ratios)} pairs (target <= {TARGET_RATIO:g}: {checks['ratio']}); "
+        f">= {TARGET_ROWS_PER_S:,} rows/s: {checks['rows_per_s']}; peak RSS <= 8 GB: "
+        f"{checks['peak_rss']}"
+    )
+    last = prepares[-1]
+    return {
+        "benchmark": "prepare",
+        "rows": rows,
+        "rounds": len(ratios),
+        "file_bytes": raw.stat().st_size,
+        "bare_parse_s": [round(s, 3) for s in bare_s],
+        "prepare_s": [round(s, 3) for s in prepare_s],
+        "bare_rows_per_s": round(bare_rate.mean),
+        "bare_rows_per_s_ci": interval(bare_rate),
+        "prepare_rows_per_s": round(prepare_rate.mean),
+        "prepare_rows_per_s_ci": interval(prepare_rate),
+        "ratio": round(ratio.mean, 3),
+        "ratio_ci": interval(ratio),
+        "bare_cpu_s": [round(c, 2) for c in bare_cpu],
+        "prepare_cpu_s": [round(c, 2) for c in cpu],
+        "bare_mode": "open_csv",
+        "bare_peak_rss_mb": max(float(b["peak_rss_mb"]) for b in bares),
+        "prepare_peak_rss_mb": rss,
+        "targets": {
+            "rows_per_s": TARGET_ROWS_PER_S,
+            "ratio": TARGET_RATIO,
+            "peak_rss_mb": TARGET_RSS_MB,
+        },
+        "holds": checks,
+        "prepared_rows": last["rows"],
+        "prepared_ids": last["ids"],
+        "fingerprint": last["fingerprint"],
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "pyarrow": pyarrow.__version__,
+            "numpy": np.__version__,
+            "load_average": os.getloadavg(),
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def judge(ci: Interval, direction: Literal["greater", "less"], target: float) -> str:
+    """``suite.stats.verdict`` of ``mean > target`` (or ``<``) on the pairs' 95% CI; with one
+    round there is no CI and the single value decides, said so."""
+    if ci.n == 1:
+        above = ci.mean > target
+        return f"{'holds' if above == (direction == 'greater') else 'does not hold'} (one round)"
+    return verdict(ci, direction, target=target)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -124,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         "--workdir", help="where to write the file and prepared arrays (default: a temp dir)"
     )
     parser.add_argument("--raw", help="an existing Criteo-format file to use (not generated)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved bare/prepare pairs (default 3)"
+    )
     parser.add_argument("--profile", action="store_true", help="also profile prepare")
     parser.add_argument("--_child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -155,50 +278,16 @@ def main(argv: list[str] | None = None) -> int:
         with raw.open("rb") as handle:  # into the page cache, for both contenders
             while handle.read(64 << 20):
                 pass
-        bare = _child("bare", raw, work / "prepared")
-        prepared = _child("prepare", raw, work / "prepared")
-        rows = int(bare["rows"])
-        ratio = float(prepared["seconds"]) / float(bare["seconds"])
-        size_mb = raw.stat().st_size / 1e6
-        print(
-            f"bare pyarrow.csv.{bare['mode']}: {bare['seconds']:.2f}s ({rows / float(bare['seconds']):,.0f} rows/s, "
-            f"{size_mb / float(bare['seconds']):.0f} MB/s, peak RSS {bare['peak_rss_mb']} MB)"
-        )
-        print(
-            f"prepare criteo-kaggle:     {prepared['seconds']:.2f}s ({rows / float(prepared['seconds']):,.0f} "
-            f"rows/s, {size_mb / float(prepared['seconds']):.0f} MB/s, peak RSS {prepared['peak_rss_mb']} MB)"
-        )
-        print(f"ratio prepare / bare: {ratio:.2f} (target <= 3)")
-        import pyarrow
-
-        report = {
-            "benchmark": "prepare",
-            "rows": rows,
-            "bare_rows_per_s": round(rows / float(bare["seconds"])),
-            "prepare_rows_per_s": round(rows / float(prepared["seconds"])),
-            "target_rows_per_s": 400_000,
-            "file_bytes": raw.stat().st_size,
-            "bare_parse_s": round(float(bare["seconds"]), 3),
-            "bare_mode": bare["mode"],
-            "prepare_s": round(float(prepared["seconds"]), 3),
-            "ratio": round(ratio, 3),
-            "target_ratio": 3.0,
-            "within_target": ratio <= 3.0,
-            "bare_peak_rss_mb": bare["peak_rss_mb"],
-            "prepare_peak_rss_mb": prepared["peak_rss_mb"],
-            "prepared_rows": prepared["rows"],
-            "prepared_ids": prepared["ids"],
-            "fingerprint": prepared["fingerprint"],
-            "machine": {
-                "cpus": os.cpu_count(),
-                "platform": platform.platform(),
-                "python": platform.python_version(),
-                "pyarrow": pyarrow.__version__,
-                "numpy": np.__version__,
-                "load_average": os.getloadavg(),
-            },
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
+        bares, prepares = [], []
+        for round_ in range(args.rounds):  # interleaved: drift hits both sides alike
+            bares.append(_child("bare", raw, work / "prepared"))
+            shutil.rmtree(work / "prepared", ignore_errors=True)
+            prepares.append(_child("prepare", raw, work / "prepared"))
+            print(
+                f"round {round_ + 1}/{args.rounds}: bare {bares[-1]['seconds']:.2f}s, "
+                f"prepare {prepares[-1]['seconds']:.2f}s"
+            )
+        report = summarize(raw, bares, prepares)
         if args.profile:
             shutil.rmtree(work / "prepared", ignore_errors=True)
             profile = _child("profile", raw, work / "prepared")["profile"]
