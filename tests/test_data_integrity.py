@@ -550,3 +550,28 @@ def test_spill_in_memory_on_files_or_both_prepares_the_same(
     assert (starts["both"] < 0).any() and (starts["both"] >= 0).any()
     assert len(starts["files"]) > 5
     assert results["memory"] == results["files"] == results["both"]
+
+
+def test_manifest_checksums_and_fingerprint_match_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer hashes chunks on a background thread: every file's recorded sha256 and the
+    content fingerprint must still be those of the bytes on disk, over many chunks."""
+    import hashlib
+
+    import suite.data.prepared as prepared
+    import suite.data.raw as raw_module
+
+    monkeypatch.setattr(raw_module, "BLOCK_BYTES", 1500)
+    monkeypatch.setattr(prepared, "HASH_QUEUE", 2)
+    raw = write(tmp_path / "train.txt", criteo_lines(400, seed=6))
+    data = get_prepared(criteo_spec(raw), progress=False, rebuild=True)
+    files = data.manifest["files"]
+    assert len(files) == 9
+    for name, entry in files.items():
+        content = (data.path / name).read_bytes()
+        assert entry["bytes"] == len(content)
+        assert entry["sha256"] == hashlib.sha256(content).hexdigest(), name
+    assert data.fingerprint == prepared.content_fingerprint(
+        data.path, data.schema, data.manifest["rows"], np.dtype(data.manifest["sparse_dtype"])
+    )

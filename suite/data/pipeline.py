@@ -308,7 +308,7 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                     for f, (idx, _) in enumerate(encoded):
                         local[:, f] = idx
                     keys = [k for _, k in encoded]
-                    row_hash = row_hashes(chunk.label, chunk.dense, local, keys)
+                    row_hash = _row_hashes_in_parts(pool, chunk.label, chunk.dense, local, keys)
                     if cap is not None:
                         keys = [bucket_keys(k, cap) for k in keys]
                     spill.add(chunk, local, keys, row_hash)
@@ -405,6 +405,26 @@ def row_hashes(
             value[idx < 0] = _MISSING_KEY
             add(1 + num_dense + f)
         return splitmix64(h)
+
+
+def _row_hashes_in_parts(
+    pool: ThreadPoolExecutor,
+    label: np.ndarray,
+    dense: np.ndarray,
+    local: np.ndarray,
+    keys: list[np.ndarray],
+) -> np.ndarray:
+    """:func:`row_hashes` over row ranges on the pool, one per CPU (numpy releases the GIL)."""
+    n = len(label)
+    parts = max(1, min(WORKERS, n // 10_000))
+    if parts == 1:
+        return row_hashes(label, dense, local, keys)
+    cuts = np.linspace(0, n, parts + 1).astype(int)
+
+    def part(start: int, stop: int) -> np.ndarray:
+        return row_hashes(label[start:stop], dense[start:stop], local[start:stop], keys)
+
+    return np.concatenate(list(pool.map(part, cuts[:-1], cuts[1:])))
 
 
 def _multipliers(count: int) -> np.ndarray:

@@ -21,6 +21,8 @@ import json
 import os
 import shutil
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,10 @@ def _files(split: str, sparse_dtype: np.dtype) -> dict[str, str]:
     }
 
 
+HASH_QUEUE = 8
+"""Chunks whose sha256 may still be pending behind the writer."""
+
+
 class PreparedWriter:
     """Streams split chunks to a temporary directory, then publishes it atomically.
 
@@ -135,6 +141,9 @@ class PreparedWriter:
         self.tmp = make_temp_dir(f".{self.out_dir.name}.tmp-{os.getpid()}-", self.out_dir.parent)
         self._handles: dict[tuple[str, str], Any] = {}
         self._hashes: dict[str, Any] = {}
+        # sha256 runs beside the main thread (hashlib releases the GIL), in order per file
+        self._hashing = ThreadPoolExecutor(1, thread_name_prefix="prepared-sha256")
+        self._pending: deque[Future[None]] = deque()
         self._ranges: dict[str, dict[str, Any]] = {}
         self.rows: dict[str, int] = {}
 
@@ -172,8 +181,15 @@ class PreparedWriter:
                 self._hashes[name] = hashlib.sha256()
             data = arrays[kind]
             data.tofile(self._handles[key])
-            self._hashes[name].update(data.reshape(-1).view(np.uint8))
+            self._hash(name, data)
         self.rows[split] = self.rows.get(split, 0) + n
+
+    def _hash(self, name: str, data: np.ndarray) -> None:
+        """Queue ``data``'s bytes for its file's sha256 (at most a few chunks behind)."""
+        while len(self._pending) >= HASH_QUEUE:
+            self._pending.popleft().result()
+        update = self._hashes[name].update
+        self._pending.append(self._hashing.submit(update, data.reshape(-1).view(np.uint8)))
 
     def _track(self, split: str, arrays: dict[str, np.ndarray]) -> bool:
         """Add the chunk to the split's ranges; False when an id is outside its vocabulary."""
@@ -200,6 +216,7 @@ class PreparedWriter:
         return True
 
     def abort(self) -> None:
+        self._hashing.shutdown(wait=True, cancel_futures=True)
         for handle in self._handles.values():
             handle.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -222,8 +239,14 @@ class PreparedWriter:
         publish (refusing to replace data prepared from other raw files unless forced)."""
         for handle in self._handles.values():
             handle.flush()
+        # the content fingerprint reads the files back while they are made durable
+        fingerprint = self._hashing.submit(
+            content_fingerprint, self.tmp, self.schema, self.rows, self.sparse_dtype
+        )
+        for handle in self._handles.values():
             os.fsync(handle.fileno())
             handle.close()
+        self._hashing.shutdown(wait=True)
         self._check_splits(manifest)
         digests = {name: h.hexdigest() for name, h in self._hashes.items()}
         full = {
@@ -239,9 +262,7 @@ class PreparedWriter:
             },
             "ranges": dict(sorted(self._ranges.items())),
         }
-        full["fingerprint"] = content_fingerprint(
-            self.tmp, self.schema, self.rows, self.sparse_dtype
-        )
+        full["fingerprint"] = fingerprint.result()
         slot.check_replace(self.out_dir, full, self.force)
         (self.tmp / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True))
         _publish(self.tmp, self.out_dir)
