@@ -320,9 +320,15 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                 )
             rows_per_source = {i: s.rows for i, s in enumerate(reader.sources)}
             rule.fit(rows_per_source, spill.times() if rule.needs_time else None)
-            duplicates, drop = _duplicates(spill, rule, options)
+            if options.dedupe:  # the count must skip the dropped rows
+                duplicates, drop = _duplicates(spill, rule, options)
+                vocabs = _count(spill, rule, drop, options, pool, job.progress, dataset)
+            else:  # nothing is dropped: the duplicates' sort runs beside the count
+                with ThreadPoolExecutor(1, thread_name_prefix="prepare-duplicates") as side:
+                    counted = side.submit(_duplicates, spill, rule, options)
+                    vocabs = _count(spill, rule, None, options, pool, job.progress, dataset)
+                    duplicates, drop = counted.result()
             warnings = [*rule.warnings, *_duplicate_warnings(dataset, duplicates, options)]
-            vocabs = _count(spill, rule, drop, options, pool, job.progress, dataset)
             schema = FeatureSchema(
                 dense=dense, sparse=sparse, cardinalities=[v.size for v in vocabs]
             )
