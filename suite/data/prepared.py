@@ -155,7 +155,10 @@ class PreparedWriter:
             self.abort()
 
     def append(self, split: str, dense: np.ndarray, sparse: np.ndarray, label: np.ndarray) -> None:
-        """Append rows: ``dense [n, Dd]``, ``sparse [n, F]``, ``label [n]``."""
+        """Append rows: ``dense [n, Dd]``, ``sparse [n, F]``, ``label [n]``.
+
+        They are hashed on a background thread after this returns: do not modify them
+        until :meth:`finish`."""
         n = len(label)
         if dense.shape != (n, self.schema.num_dense) or sparse.shape != (n, self.schema.num_sparse):
             raise DataError(
