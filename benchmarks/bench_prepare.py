@@ -152,6 +152,7 @@ def summarize(
     )
     ratio = mean_ci(ratios)
     rss = max(float(p["peak_rss_mb"]) for p in prepares)
+    bare_rss = max(float(b["peak_rss_mb"]) for b in bares)
     cpu = [float(p["cpu_s"]) for p in prepares]
     bare_cpu = [float(b["cpu_s"]) for b in bares]
 
@@ -159,14 +160,14 @@ def summarize(
         return [round(ci.low, 3), round(ci.high, 3)]
 
     print(
-        f"bare pyarrow.csv.open_csv: {_mean(bare_s):.2f}s, {bare_rate.mean:,.0f} rows/s "
-        f"[{bare_rate.low:,.0f}, {bare_rate.high:,.0f}], {size_mb / _mean(bare_s):.0f} MB/s, "
-        f"{_mean(bare_cpu):.1f} CPU-s, peak RSS {max(float(b['peak_rss_mb']) for b in bares)} MB"
+        f"bare pyarrow.csv.open_csv: {np.mean(bare_s):.2f}s, {bare_rate.mean:,.0f} rows/s "
+        f"[{bare_rate.low:,.0f}, {bare_rate.high:,.0f}], {size_mb / np.mean(bare_s):.0f} MB/s, "
+        f"{np.mean(bare_cpu):.1f} CPU-s, peak RSS {bare_rss} MB"
     )
     print(
-        f"prepare criteo-kaggle:     {_mean(prepare_s):.2f}s, {prepare_rate.mean:,.0f} rows/s "
-        f"[{prepare_rate.low:,.0f}, {prepare_rate.high:,.0f}], {size_mb / _mean(prepare_s):.0f} "
-        f"MB/s, {_mean(cpu):.1f} CPU-s, peak RSS {rss} MB"
+        f"prepare criteo-kaggle:     {np.mean(prepare_s):.2f}s, {prepare_rate.mean:,.0f} rows/s "
+        f"[{prepare_rate.low:,.0f}, {prepare_rate.high:,.0f}], {size_mb / np.mean(prepare_s):.0f} "
+        f"MB/s, {np.mean(cpu):.1f} CPU-s, peak RSS {rss} MB"
     )
     checks = {
         "rows_per_s": judge(prepare_rate, "greater", TARGET_ROWS_PER_S),
@@ -196,7 +197,7 @@ def summarize(
         "bare_cpu_s": [round(c, 2) for c in bare_cpu],
         "prepare_cpu_s": [round(c, 2) for c in cpu],
         "bare_mode": "open_csv",
-        "bare_peak_rss_mb": max(float(b["peak_rss_mb"]) for b in bares),
+        "bare_peak_rss_mb": bare_rss,
         "prepare_peak_rss_mb": rss,
         "targets": {
             "rows_per_s": TARGET_ROWS_PER_S,
@@ -217,10 +218,6 @@ def summarize(
         },
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def judge(ci: Interval, direction: Literal["greater", "less"], target: float) -> str:

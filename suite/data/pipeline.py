@@ -155,7 +155,7 @@ _DTYPES: dict[str, type] = {
 
 def spill_memory_budget() -> int:
     """Bytes of pass-1 results kept in memory before the rest goes to files: a sixth of
-    this machine's memory, at most 4 GiB (a 10M-row Criteo prepare spills ~1.8 GB)."""
+    this machine's memory, at most 4 GiB (a 10M-row Criteo prepare spills ~2 GB)."""
     try:
         physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -229,9 +229,6 @@ class _Spill:
     def close_files(self) -> None:
         for handle in self._files.values():
             handle.close()
-
-    def close(self) -> None:
-        self.close_files()
 
     def _read(self, name: str, dtype: type, start: int, count: int, width: int = 1) -> np.ndarray:
         """Rows ``[start, start + count)`` of a spilled file, read into memory (not mapped,
@@ -313,7 +310,7 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                         keys = [bucket_keys(k, cap) for k in keys]
                     spill.add(chunk, local, keys, row_hash)
                     bar.update(n)
-            spill.close()
+            spill.close_files()
             if spill.rows == 0:
                 raise DataError(
                     f"{dataset}: no usable rows were read ({reader.bad.total} bad rows skipped)"

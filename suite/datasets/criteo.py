@@ -21,7 +21,6 @@ uses 10M or 40M) to bound both the tables and the counting memory.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +31,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from suite.data.pipeline import (
+    WORKERS,
     CategoricalOptions,
     Chunk,
     PrepareJob,
@@ -76,8 +76,7 @@ def criteo_chunk(parsed: Parsed, source: int = 0) -> Chunk:
         values = numpy_column(table.column(DENSE[j]).combine_chunks(), fill=0)
         by_feature[j] = np.log1p(np.maximum(values, 0), dtype=np.float64)
 
-    threads = min(4, os.cpu_count() or 1)  # numpy releases the GIL
-    with ThreadPoolExecutor(threads, thread_name_prefix="criteo-dense") as pool:
+    with ThreadPoolExecutor(WORKERS, thread_name_prefix="criteo-dense") as pool:  # no GIL
         list(pool.map(transform, range(len(DENSE))))
     sparse = [table.column(name) for name in SPARSE]
     return chunk_from_arrays(label, by_feature.T, sparse, parsed.row_index(), source)
