@@ -575,3 +575,44 @@ def test_manifest_checksums_and_fingerprint_match_the_files(
     assert data.fingerprint == prepared.content_fingerprint(
         data.path, data.schema, data.manifest["rows"], np.dtype(data.manifest["sparse_dtype"])
     )
+
+
+def test_hashed_and_sorted_vocabularies_prepare_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large vocabularies are looked up through hash buckets, small ones by binary search:
+    over many chunks both must give every row the same ids."""
+    import suite.data.raw as raw_module
+    import suite.data.vocab as vocab
+
+    monkeypatch.setattr(raw_module, "BLOCK_BYTES", 1500)
+    raw = write(tmp_path / "train.txt", criteo_lines(400, seed=7))
+    results = {}
+    for layout, hashed_from in [("hashed", 1), ("sorted", 10**9)]:
+        monkeypatch.setattr(vocab, "HASHED_LOOKUP_KEYS", hashed_from)
+        results[layout] = _prepared_contents(
+            get_prepared(criteo_spec(raw), progress=False, rebuild=True)
+        )
+    assert results["hashed"] == results["sorted"]
+
+
+def test_the_write_pass_lookahead_keeps_order_and_raises_in_place() -> None:
+    """The write pass remaps the next chunk while it writes this one: results arrive in
+    input order, and an error surfaces when its chunk is reached, not before."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from suite.data.pipeline import _ahead
+
+    def square(x: int) -> int:
+        if x == 3:
+            raise ValueError("chunk 3")
+        return x * x
+
+    with ThreadPoolExecutor(1) as executor:
+        got = []
+        with pytest.raises(ValueError, match="chunk 3"):
+            for value in _ahead(executor, square, range(6)):
+                got.append(value)
+        assert got == [0, 1, 4]
+        assert list(_ahead(executor, square, [])) == []
+        assert list(_ahead(executor, square, range(3))) == [0, 1, 4]

@@ -60,13 +60,15 @@ def test_encode_column_round_trips_with_nulls_and_slices() -> None:
     assert decoded == expected
 
 
-@pytest.mark.parametrize("sorted_from", [1, 10**9], ids=["sorted-lookup", "plain-lookup"])
-def test_vocabulary_lookup(monkeypatch: pytest.MonkeyPatch, sorted_from: int) -> None:
-    monkeypatch.setattr(vocab, "SORTED_LOOKUP_KEYS", sorted_from)
+@pytest.mark.parametrize("hashed_from", [1, 10**9], ids=["hashed-lookup", "sorted-lookup"])
+def test_vocabulary_lookup(monkeypatch: pytest.MonkeyPatch, hashed_from: int) -> None:
+    monkeypatch.setattr(vocab, "HASHED_LOOKUP_KEYS", hashed_from)
     rng = np.random.default_rng(0)
     keys = np.unique(rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64))
     counts = rng.integers(1, 6, len(keys))
     built = Vocabulary.build(keys, counts, min_count=3)
+    assert (built.buckets is not None) == (hashed_from == 1)
+    assert built.distinct == len(keys) and built.frequent == (counts >= 3).sum()
     ids = dict(zip(built.keys.tolist(), built.ids.tolist(), strict=True))
     assert sorted(ids.values()) == list(range(FIRST_ID, FIRST_ID + built.frequent))
     unknown = rng.integers(0, 2**64 - 1, 1000, dtype=np.uint64)

@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +55,8 @@ from suite.fileio import make_temp_dir
 from suite.progress import progress_bar
 
 WORKERS = min(4, os.cpu_count() or 1)
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class CategoricalOptions(Frozen):
@@ -556,13 +558,13 @@ def _count(
 
             list(pool.map(count, range(spill.num_sparse)))
             bar.update(record.rows)
-    vocabs = []
-    for f in range(len(counters)):
+
+    def build(f: int) -> Vocabulary:
         keys, counts = counters[f].finish()
         counters[f] = VocabCounter()  # free the counts as the vocabularies are built
-        vocabs.append(Vocabulary.build(keys, counts, options.min_count))
-        del keys, counts
-    return vocabs
+        return Vocabulary.build(keys, counts, options.min_count)
+
+    return list(pool.map(build, range(len(counters))))
 
 
 def _write(
@@ -587,27 +589,26 @@ def _write(
                 np.zeros((0, num_sparse), sparse_dtype),
                 np.zeros(0, np.float32),
             )
-        with _progress(progress, f"{dataset}: write", spill.rows) as bar:
-            for record in spill.records:
-                rows = spill.rows_of(record)
-                codes = _assign(rule, rows, drop)
-                local = spill.read("local", record)
-                ids = np.empty(local.shape, dtype=sparse_dtype)
 
-                def remap(
-                    f: int,
-                    local: np.ndarray = local,
-                    ids: np.ndarray = ids,
-                    record: _ChunkRecord = record,
-                ) -> None:
-                    table = np.concatenate(
-                        ([MISSING], vocabs[f].lookup(spill.chunk_keys(record, f)))
-                    )
-                    ids[:, f] = table[local[:, f] + 1]
+        def remapped(record: _ChunkRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            """The record's split codes, dense ``[n, Dd]``, global ids ``[n, F]`` and labels."""
+            rows = spill.rows_of(record)
+            local = spill.read("local", record)
+            ids = np.empty(local.shape, dtype=sparse_dtype)
 
-                list(pool.map(remap, range(num_sparse)))
-                dense = spill.read("dense", record)
-                label = rows.label
+            def remap(f: int) -> None:
+                table = np.concatenate(([MISSING], vocabs[f].lookup(spill.chunk_keys(record, f))))
+                ids[:, f] = table[local[:, f] + 1]
+
+            list(pool.map(remap, range(num_sparse)))
+            return _assign(rule, rows, drop), spill.read("dense", record), ids, rows.label
+
+        # the next record is remapped while this one is written
+        with (
+            _progress(progress, f"{dataset}: write", spill.rows) as bar,
+            ThreadPoolExecutor(1, thread_name_prefix="prepare-remap") as ahead,
+        ):
+            for codes, dense, ids, label in _ahead(ahead, remapped, spill.records):
                 for code, split in enumerate(SPLIT_NAMES):
                     mask = codes == code
                     if mask.all():
@@ -615,7 +616,7 @@ def _write(
                     elif mask.any():
                         writer.append(split, dense[mask], ids[mask], label[mask])
                     clicks[code] += label[mask].sum()
-                bar.update(record.rows)
+                bar.update(len(label))
         written = writer.rows
         manifest["dropped_rows"] = int(spill.rows - sum(written.values()))
         manifest["ctr"] = {
@@ -623,6 +624,19 @@ def _write(
             for i, s in enumerate(SPLIT_NAMES)
         }
         return writer.finish(manifest)
+
+
+def _ahead(executor: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+    """``fn`` of each item in order, the next item's computed on ``executor`` while the
+    caller works on this one's."""
+    pending: Future[R] | None = None
+    for item in items:
+        submitted = executor.submit(fn, item)
+        if pending is not None:
+            yield pending.result()
+        pending = submitted
+    if pending is not None:
+        yield pending.result()
 
 
 def chunk_from_arrays(
