@@ -404,3 +404,51 @@ def test_stray_carriage_return_is_a_bad_row(tmp_path: Path) -> None:
         prepare(write(tmp_path / "train.txt", lines))
     data = prepare(write(tmp_path / "train.txt", lines), on_bad_rows="skip")
     assert data.manifest["bad_rows"]["total"] == 1 and sum(data.manifest["rows"].values()) == 5
+
+
+def test_a_bad_row_deep_in_the_file_stops_every_reader_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prepare parses on a thread of its own, ahead of the encoding: a bad row found there
+    must reach the caller with its line, and no reader or parser thread may outlive it."""
+    import threading
+
+    import suite.data.raw as raw_module
+
+    monkeypatch.setattr(raw_module, "BLOCK_BYTES", 2000)  # many blocks, the bad one late
+    lines = [row(i % 2, cats={1: f"{i:08x}"}) for i in range(400)]
+    lines[350] = "\t".join(lines[350].split("\t")[:-1])  # one column short
+    raw = write(tmp_path / "train.txt", lines)
+    with pytest.raises(DataError, match=r"train\.txt:351: expected 40 columns, got 39"):
+        prepare(raw)
+    names = {t.name for t in threading.enumerate()}
+    assert not any(n.startswith(("raw-reader", "prepare-parse")) for n in names), names
+
+
+def test_prefetch_closes_an_iterator_left_early_on_its_own_thread() -> None:
+    """A consumer that stops early leaves nothing running: the producer's iterator is
+    closed (its clean-up runs) on the producer's thread before ``prefetch`` returns."""
+    import threading
+
+    from suite.data.raw import prefetch
+
+    closed_on: list[str] = []
+
+    def numbers():
+        try:
+            yield from range(1000)
+        finally:
+            closed_on.append(threading.current_thread().name)
+
+    held = numbers()  # referenced here too, as a PrepareJob holds its chunks
+    stream = prefetch(lambda: held, name="test-prefetch")
+    assert [next(stream), next(stream)] == [0, 1]
+    stream.close()
+    assert closed_on == ["test-prefetch"]
+
+    def failing():
+        yield 1
+        raise ValueError("block 2 is bad")
+
+    with pytest.raises(ValueError, match="block 2"):
+        list(prefetch(failing))

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from suite.config import Frozen
 from suite.data.prepared import PreparedDataset, PreparedWriter
-from suite.data.raw import OnBadRows, RawReader
+from suite.data.raw import OnBadRows, RawReader, prefetch
 from suite.data.schema import FeatureSchema
 from suite.data.slot import remove_stale, source_guard
 from suite.data.splits import DROP, SPLIT_NAMES, TEST, TRAIN, VAL, Rows, SplitRule
@@ -300,7 +300,9 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
     try:
         with ThreadPoolExecutor(WORKERS) as pool:
             with _progress(job.progress, f"{dataset}: read") as bar:
-                for chunk in _checked(job.chunks, len(dense), len(sparse)):
+                # the next blocks are parsed on a thread while this one is encoded
+                chunks = prefetch(lambda: iter(job.chunks), name="prepare-parse")
+                for chunk in _checked(chunks, len(dense), len(sparse)):
                     encoded = list(pool.map(lambda col: encode_column(col, None), chunk.sparse))
                     n = len(chunk.label)
                     local = np.empty((n, len(sparse)), dtype=np.int32)

@@ -2,8 +2,9 @@
 
 A background thread reads the file (plain or gzip, found by its magic bytes), hashes the
 bytes as they go by (the manifest's sha256 costs no second read) and cuts the stream into
-blocks of whole lines; the main thread parses each block with ``pyarrow.csv.read_csv``
-(explicit column types, both cores). Only when pyarrow rejects a block does slow code run:
+blocks of whole lines; the consuming thread parses each block with
+``pyarrow.csv.read_csv`` (explicit column types, one core: prepare parses on a thread of
+its own while the block before is encoded, which beat pyarrow's threads). Only when pyarrow rejects a block does slow code run:
 it finds the offending lines by bisection with pyarrow itself, so the rules for a bad row
 are exactly the parser's and the error names the file and line::
 
@@ -83,7 +84,7 @@ class TextFormat:
     def read_options(self) -> pacsv.ReadOptions:
         return pacsv.ReadOptions(
             column_names=list(self.columns),
-            use_threads=True,
+            use_threads=False,  # one core parses; the other encodes the block before
             encoding=self.encoding,
             block_size=1 << 20,
         )
@@ -237,19 +238,22 @@ class RawReader:
         info = info or SourceInfo(path.name)
         self.sources.append(info)
         has_header = callable(fmt) or fmt.header
-        blocks = _prefetch(lambda: _line_blocks(path, self.block_bytes, has_header, info))
-        header = next(blocks)
-        if has_header:
-            assert isinstance(header, bytes)
-            fmt = _check_header(path, header, fmt)
-        assert isinstance(fmt, TextFormat)
-        seen = False
-        for block in blocks:
-            assert isinstance(block, _Block)
-            seen = True
-            yield self._parse(str(path), block, fmt)
-        if not seen:
-            raise DataError(f"{path}: empty file (no data rows)")
+        blocks = prefetch(lambda: _line_blocks(path, self.block_bytes, has_header, info))
+        try:  # a bad block's error must not keep the reader thread alive in its traceback
+            header = next(blocks)
+            if has_header:
+                assert isinstance(header, bytes)
+                fmt = _check_header(path, header, fmt)
+            assert isinstance(fmt, TextFormat)
+            seen = False
+            for block in blocks:
+                assert isinstance(block, _Block)
+                seen = True
+                yield self._parse(str(path), block, fmt)
+            if not seen:
+                raise DataError(f"{path}: empty file (no data rows)")
+        finally:
+            blocks.close()
 
     def _parse(self, origin: str, block: _Block, fmt: TextFormat) -> Parsed:
         data = (
@@ -510,8 +514,12 @@ def _lines(pending: list[bytes]) -> int:
 _END = object()
 
 
-def _prefetch(make: Callable[[], Iterator[Any]], depth: int = 2) -> Iterator[Any]:
-    """Run the iterator ``make()`` in a thread, ``depth`` items ahead of the consumer."""
+def prefetch(
+    make: Callable[[], Iterator[Any]], depth: int = 2, name: str = "raw-reader"
+) -> Iterator[Any]:
+    """Run the iterator ``make()`` on a thread named ``name``, ``depth`` items ahead of
+    the consumer. Its exceptions reach the consumer; when the consumer stops early, the
+    iterator is closed on its thread (its own clean-up runs) before this returns."""
     items: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -525,15 +533,21 @@ def _prefetch(make: Callable[[], Iterator[Any]], depth: int = 2) -> Iterator[Any
         return False
 
     def work() -> None:
+        iterator: Iterator[Any] | None = None
         try:
-            for item in make():
+            iterator = make()
+            for item in iterator:
                 if not put(item):
                     return
             put(_END)
         except BaseException as exc:  # handed to the consumer
             put(_Raised(exc))
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
 
-    thread = threading.Thread(target=work, name="raw-reader", daemon=True)
+    thread = threading.Thread(target=work, name=name, daemon=True)
     thread.start()
     try:
         while True:
