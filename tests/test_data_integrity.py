@@ -597,22 +597,22 @@ def test_hashed_and_sorted_vocabularies_prepare_the_same(
 
 
 def test_the_write_pass_lookahead_keeps_order_and_raises_in_place() -> None:
-    """The write pass remaps the next chunk while it writes this one: results arrive in
-    input order, and an error surfaces when its chunk is reached, not before."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from suite.data.pipeline import _ahead
+    """The write pass remaps the next chunk on a thread while it writes this one: results
+    arrive in input order, and an error surfaces when its chunk is reached, not before."""
+    from suite.data.raw import prefetch
 
     def square(x: int) -> int:
         if x == 3:
             raise ValueError("chunk 3")
         return x * x
 
-    with ThreadPoolExecutor(1) as executor:
-        got = []
-        with pytest.raises(ValueError, match="chunk 3"):
-            for value in _ahead(executor, square, range(6)):
-                got.append(value)
-        assert got == [0, 1, 4]
-        assert list(_ahead(executor, square, [])) == []
-        assert list(_ahead(executor, square, range(3))) == [0, 1, 4]
+    def ahead(items):
+        return prefetch(lambda: map(square, items), depth=1, name="test-remap")
+
+    got = []
+    with pytest.raises(ValueError, match="chunk 3"):
+        for value in ahead(range(6)):
+            got.append(value)
+    assert got == [0, 1, 4]
+    assert list(ahead([])) == []
+    assert list(ahead(range(3))) == [0, 1, 4]

@@ -22,11 +22,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -55,8 +56,6 @@ from suite.fileio import make_temp_dir
 from suite.progress import progress_bar
 
 WORKERS = min(4, os.cpu_count() or 1)
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 class CategoricalOptions(Frozen):
@@ -299,9 +298,11 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
     reader.guard = source_guard(out_dir, job.force)  # other raw files: refused before reading
     try:
         with ThreadPoolExecutor(WORKERS) as pool:
-            with _progress(job.progress, f"{dataset}: read") as bar:
-                # the next blocks are parsed on a thread while this one is encoded
-                chunks = prefetch(lambda: iter(job.chunks), name="prepare-parse")
+            # the next blocks are parsed on a thread while this one is encoded
+            with (
+                _progress(job.progress, f"{dataset}: read") as bar,
+                closing(prefetch(lambda: iter(job.chunks), name="prepare-parse")) as chunks,
+            ):
                 for chunk in _checked(chunks, len(dense), len(sparse)):
                     encoded = list(pool.map(lambda col: encode_column(col, None), chunk.sparse))
                     n = len(chunk.label)
@@ -605,12 +606,12 @@ def _write(
             list(pool.map(remap, range(num_sparse)))
             return _assign(rule, rows, drop), spill.read("dense", record), ids, rows.label
 
-        # the next record is remapped while this one is written
+        # the next record is remapped on a thread while this one is written
         with (
             _progress(progress, f"{dataset}: write", spill.rows) as bar,
-            ThreadPoolExecutor(1, thread_name_prefix="prepare-remap") as ahead,
+            closing(prefetch(lambda: map(remapped, spill.records), 1, "prepare-remap")) as ahead,
         ):
-            for codes, dense, ids, label in _ahead(ahead, remapped, spill.records):
+            for codes, dense, ids, label in ahead:
                 for code, split in enumerate(SPLIT_NAMES):
                     mask = codes == code
                     if mask.all():
@@ -626,19 +627,6 @@ def _write(
             for i, s in enumerate(SPLIT_NAMES)
         }
         return writer.finish(manifest)
-
-
-def _ahead(executor: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-    """``fn`` of each item in order, the next item's computed on ``executor`` while the
-    caller works on this one's."""
-    pending: Future[R] | None = None
-    for item in items:
-        submitted = executor.submit(fn, item)
-        if pending is not None:
-            yield pending.result()
-        pending = submitted
-    if pending is not None:
-        yield pending.result()
 
 
 def chunk_from_arrays(
