@@ -60,6 +60,37 @@ def test_encode_column_round_trips_with_nulls_and_slices() -> None:
     assert decoded == expected
 
 
+HEX = ["d9c2825f", "0000000a", "ffffffff", "68fd1e64"]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [None, "abc", "é" * 4, "abcdefg\x00", "123456789"],
+    ids=["hex-only", "short", "non-ascii", "nul", "long"],
+)
+@pytest.mark.parametrize("offset", [0, 1, 5])
+def test_packed_keys_are_string_keys_or_nothing(odd: str | None, offset: int) -> None:
+    """Columns of 8-byte ASCII values (nulls and empties allowed) take the packed path
+    with the keys and local ids of the string path; any other value sends the whole
+    column back to the string path."""
+    rows = [HEX[i % 4] if i % 5 else (None if i % 2 else "") for i in range(40)]
+    if odd is not None:
+        rows[17] = odd
+    column = pa.chunked_array([pa.array(rows[:23]).slice(offset), pa.array(rows[23:])])
+    packed = vocab.packed_keys(column)
+    assert (packed is None) == (odd is not None)
+    local, keys = encode_column(column, None)
+    decoded = [None if i < 0 else int(keys[i]) for i in local]
+    expected = [
+        None if v is None else int(string_keys(pa.array([v]))[0]) for v in column.to_pylist()
+    ]
+    assert decoded == expected
+    if packed is not None:
+        generic_local, generic_keys = encode_column(column.cast(pa.large_string()), None)
+        assert local.tolist() == generic_local.tolist()
+        assert keys.tolist() == generic_keys.tolist()
+
+
 @pytest.mark.parametrize("hashed_from", [1, 10**9], ids=["hashed-lookup", "sorted-lookup"])
 def test_vocabulary_lookup(monkeypatch: pytest.MonkeyPatch, hashed_from: int) -> None:
     monkeypatch.setattr(vocab, "HASHED_LOOKUP_KEYS", hashed_from)

@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -200,7 +200,7 @@ class SourceInfo:
 class _Block:
     first_line: int
     first_row: int
-    data: bytes
+    data: bytes | bytearray
     lines: int
 
 
@@ -424,87 +424,130 @@ def _line_blocks(
     Hashes the raw bytes into ``info`` as it reads; decompresses gzip (all members).
     """
     digest = hashlib.sha256()
-    size = 0
-    at_start = True
     line = 1
     row = 0
-    pending: list[bytes] = []
-    pending_bytes = 0
     header_seen = not header
+    sizes = [0]
+
+    def emit(data: bytes | bytearray) -> Iterator[bytes | _Block]:
+        nonlocal line, row, header_seen
+        if not header_seen:
+            cut = data.find(b"\n") + 1
+            yield bytes(data[:cut])
+            header_seen = True
+            data = data[cut:]
+            line += 1
+        start = 0
+        while start < len(data):  # blocks of about block_bytes, cut after a newline
+            stop = data.find(b"\n", start + block_bytes - 1) + 1
+            stop = len(data) if stop == 0 or len(data) - stop < block_bytes // 4 else stop
+            piece = data[start:stop] if start or stop < len(data) else data
+            count = piece.count(b"\n")
+            yield _Block(line, row, piece, count)
+            line += count
+            row += count
+            start = stop
+
+    if not header:
+        yield b""
     with open(path, "rb") as handle:
         gz = handle.read(2) == b"\x1f\x8b"
         handle.seek(0)
-        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16) if gz else None
-
-        def emit(data: bytes) -> Iterator[bytes | _Block]:
-            nonlocal line, row, header_seen
-            if not header_seen:
-                cut = data.find(b"\n") + 1
-                yield data[:cut]
-                header_seen = True
-                data = data[cut:]
-                line += 1
-            start = 0
-            while start < len(data):  # blocks of about block_bytes, cut after a newline
-                stop = data.find(b"\n", start + block_bytes - 1) + 1
-                stop = len(data) if stop == 0 or len(data) - stop < block_bytes // 4 else stop
-                piece = data[start:stop] if start or stop < len(data) else data
-                count = piece.count(b"\n")
-                yield _Block(line, row, piece, count)
-                line += count
-                row += count
-                start = stop
-
-        if not header:
-            yield b""
-        while True:
-            raw = handle.read(READ_BYTES)
-            if not raw:
-                break
-            digest.update(raw)
-            size += len(raw)
-            if inflater is not None:
-                try:
-                    data = inflater.decompress(raw)
-                    while inflater.eof and inflater.unused_data:  # a further gzip member
-                        rest = inflater.unused_data
-                        inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
-                        data += inflater.decompress(rest)
-                except zlib.error as exc:
-                    raise DataError(
-                        f"{path}: corrupt gzip stream after line {line - 1 + _lines(pending)} ({exc})"
-                    ) from None
-            else:
-                data = raw
-            if not data:
-                continue
+        pieces = (
+            _inflated_pieces(handle, path, block_bytes, digest, sizes)
+            if gz
+            else _file_pieces(handle, block_bytes, digest, sizes)
+        )
+        at_start = True
+        for piece in pieces:
             if at_start:  # a UTF-8 byte order mark is not data
-                data = data.removeprefix(BOM)
+                piece = piece[len(BOM) :] if piece.startswith(BOM) else piece
                 at_start = False
-            pending.append(data)
-            pending_bytes += len(data)
-            if pending_bytes >= block_bytes or (not header_seen and b"\n" in data):
-                joined = b"".join(pending)
-                cut = joined.rfind(b"\n") + 1
-                pending = [joined[cut:]] if cut < len(joined) else []
-                pending_bytes = len(joined) - cut
-                if cut:
-                    yield from emit(joined[:cut])
-        if inflater is not None and not inflater.eof:
-            raise DataError(
-                f"{path}: truncated gzip stream: the file ends inside line {line + _lines(pending)}; "
-                "download it again"
-            )
-        tail = b"".join(pending)
-        if tail.strip(b"\r\n"):
-            yield from emit(tail if tail.endswith(b"\n") else tail + b"\n")
-        elif tail and not header_seen:
-            yield from emit(tail)
-        if not header_seen:
-            raise DataError(f"{path}: empty file (no header)")
-    info.bytes = size
+            if piece.endswith(b"\n"):
+                yield from emit(piece)
+            elif piece.strip(b"\r\n"):  # the last line lacks its line break
+                yield from emit(piece + b"\n")
+            elif piece and not header_seen:
+                yield from emit(piece)
+    if not header_seen:
+        raise DataError(f"{path}: empty file (no header)")
+    info.bytes = sizes[0]
     info.sha256 = digest.hexdigest()
     info.rows = row
+
+
+def _file_pieces(
+    handle: BinaryIO, block_bytes: int, digest: Any, sizes: list[int]
+) -> Iterator[bytearray]:
+    """An uncompressed file in pieces of whole lines (the last may lack its line break).
+
+    Each piece is read straight into a buffer of its own behind the previous piece's
+    unfinished line, so the text is copied once, by the read.
+    """
+    carry = bytearray()
+    while True:
+        buffer = bytearray(len(carry) + block_bytes)
+        buffer[: len(carry)] = carry
+        with memoryview(buffer) as view:  # released before the buffer is cut to size
+            got = handle.readinto(view[len(carry) :])
+            digest.update(view[len(carry) : len(carry) + got])
+        if not got:
+            if carry:
+                yield carry
+            return
+        sizes[0] += got
+        end = len(carry) + got
+        cut = buffer.rfind(b"\n", 0, end) + 1
+        carry = buffer[cut:end]
+        if cut:  # else one line is longer than the buffer: read on behind it
+            del buffer[cut:]
+            yield buffer
+
+
+def _inflated_pieces(
+    handle: BinaryIO, path: Path, block_bytes: int, digest: Any, sizes: list[int]
+) -> Iterator[bytes]:
+    """A gzip file's text (all members) in pieces of whole lines of at least
+    ``block_bytes`` (the last may be shorter and lack its line break)."""
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    pending: list[bytes] = []
+    pending_bytes = 0
+    lines = 0  # in the pieces given out
+    while True:
+        raw = handle.read(READ_BYTES)
+        if not raw:
+            break
+        digest.update(raw)
+        sizes[0] += len(raw)
+        try:
+            data = inflater.decompress(raw)
+            while inflater.eof and inflater.unused_data:  # a further gzip member
+                rest = inflater.unused_data
+                inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                data += inflater.decompress(rest)
+        except zlib.error as exc:
+            raise DataError(
+                f"{path}: corrupt gzip stream after line {lines + _lines(pending)} ({exc})"
+            ) from None
+        if not data:
+            continue
+        pending.append(data)
+        pending_bytes += len(data)
+        if pending_bytes >= block_bytes:
+            joined = b"".join(pending)
+            cut = joined.rfind(b"\n") + 1
+            pending = [joined[cut:]] if cut < len(joined) else []
+            pending_bytes = len(joined) - cut
+            if cut:
+                lines += joined.count(b"\n", 0, cut)
+                yield joined[:cut]
+    if not inflater.eof:
+        raise DataError(
+            f"{path}: truncated gzip stream: the file ends inside line "
+            f"{lines + 1 + _lines(pending)}; download it again"
+        )
+    if pending:
+        yield b"".join(pending)
 
 
 def _lines(pending: list[bytes]) -> int:

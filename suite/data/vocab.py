@@ -163,7 +163,8 @@ def encode_column(
     """
     if isinstance(column, np.ndarray):
         column = pa.array(column)
-    encoded = pc.dictionary_encode(column)
+    packed = packed_keys(column)
+    encoded = pc.dictionary_encode(column if packed is None else packed)
     if isinstance(encoded, pa.ChunkedArray):
         if encoded.num_chunks == 0:
             return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64)
@@ -178,6 +179,45 @@ def encode_column(
     if cap is not None:
         keys = bucket_keys(keys, cap)
     return local, keys
+
+
+def packed_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray | None:
+    """The uint64 keys of a string column whose every value is 8 ASCII bytes or empty
+    (Criteo's and Avazu's hashes), nulls kept; ``None`` for any other column.
+
+    Read straight from the data buffer as big-endian words, these are exactly the keys
+    :func:`string_keys` gives, and a dictionary of integers is built about twice as fast as
+    one of strings.
+    """
+    if isinstance(column, pa.ChunkedArray):
+        if column.type not in (pa.string(), pa.binary()):
+            return None
+        column = column.combine_chunks()  # a parser's many small chunks: one pass instead
+    if column.type not in (pa.string(), pa.binary()):
+        return None
+    n, offset = len(column), column.offset
+    validity, offsets_buf, data_buf = column.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=offset * 4)
+    full = offsets[1:] - offsets[:-1] == 8
+    count = int(np.count_nonzero(full))
+    first, last = int(offsets[0]), int(offsets[-1])
+    if last - first != 8 * count:  # some value is neither empty nor 8 bytes long
+        return None
+    words = np.frombuffer(data_buf, dtype=">u8", count=count, offset=first) if count else None
+    if words is not None:
+        little = words.view("<u8")
+        with np.errstate(over="ignore"):  # a byte >= 0x80 or a NUL sets its high bit
+            flags = little - _ONES
+        flags |= little
+        flags &= _HIGH_BITS
+        if flags.any():
+            return None
+    keys = np.zeros(offset + n, dtype=np.uint64)  # the validity bits count from offset
+    if words is not None:
+        keys[offset:][full] = words
+    return pa.Array.from_buffers(
+        pa.uint64(), n, [validity, pa.py_buffer(keys)], null_count=column.null_count, offset=offset
+    )
 
 
 def bucket_keys(keys: np.ndarray, cap: int) -> np.ndarray:

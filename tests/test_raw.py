@@ -1,0 +1,61 @@
+"""The raw reader's line blocks: every byte once, in order, cut after line breaks."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import random
+from pathlib import Path
+
+import pytest
+
+from suite.data.raw import BOM, SourceInfo, _Block, _line_blocks
+
+
+def _text(rng: random.Random, lines: int) -> bytes:
+    rows = [b"x" * rng.choice([0, 1, 5, 40, 300]) + b"\t1" for _ in range(lines)]
+    return b"\n".join(rows) + b"\n"
+
+
+@pytest.mark.parametrize("block_bytes", [1, 7, 64, 4096])
+@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("header", [False, True])
+@pytest.mark.parametrize("ending", ["newline", "none", "bom"])
+def test_blocks_hold_every_line_once_in_order(
+    tmp_path: Path, block_bytes: int, compressed: bool, header: bool, ending: str
+) -> None:
+    rng = random.Random(block_bytes)
+    body = _text(rng, 200)
+    head = b"a\tb\n" if header else b""
+    text = head + body
+    if ending == "none":
+        text = text[:-1]  # the last line has no line break
+    raw = (BOM if ending == "bom" else b"") + text
+    # compressed: two gzip members, split inside a line
+    data = gzip.compress(raw[:1001]) + gzip.compress(raw[1001:]) if compressed else raw
+    path = tmp_path / "file.txt"
+    path.write_bytes(data)
+
+    info = SourceInfo(path.name)
+    items = list(_line_blocks(path, block_bytes, header, info))
+    assert items[0] == head
+    blocks = items[1:]
+    assert all(isinstance(b, _Block) and bytes(b.data).endswith(b"\n") for b in blocks)
+    assert b"".join(bytes(b.data) for b in blocks) == body
+    row = 0
+    for block in blocks:  # positions follow on from block to block
+        assert block.first_row == row
+        assert block.first_line == row + 1 + (1 if header else 0)
+        assert block.lines == bytes(block.data).count(b"\n")
+        row += block.lines
+    assert info.rows == row == 200
+    assert info.bytes == len(data)
+    assert info.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_a_line_longer_than_a_block_is_kept_whole(tmp_path: Path) -> None:
+    text = b"short\n" + b"y" * 10_000 + b"\nend\n"
+    path = tmp_path / "long.txt"
+    path.write_bytes(text)
+    blocks = list(_line_blocks(path, 16, False, SourceInfo(path.name)))[1:]
+    assert [bytes(b.data) for b in blocks] == [b"short\n", b"y" * 10_000 + b"\n", b"end\n"]
