@@ -524,6 +524,12 @@ def _checked(chunks: Iterable[Chunk], num_dense: int, num_sparse: int) -> Iterat
             yield chunk
 
 
+def _by_feature(local: np.ndarray) -> np.ndarray:
+    """``local [n, F]`` as ``[F, n]``, C-contiguous: a feature's column in one run of
+    memory (26 strided passes over the rows cost about twice one transposing copy)."""
+    return np.ascontiguousarray(local.T)
+
+
 def _count(
     spill: _Spill,
     rule: SplitRule,
@@ -545,15 +551,15 @@ def _count(
                 mask = ~drop[record.start : record.start + record.rows]
             else:
                 mask = None
-            local = spill.read("local", record)
+            by_feature = _by_feature(spill.read("local", record))
 
             def count(
                 f: int,
-                local: np.ndarray = local,
+                by_feature: np.ndarray = by_feature,
                 mask: np.ndarray | None = mask,
                 record: _ChunkRecord = record,
             ) -> None:
-                column = local[:, f] if mask is None else local[mask, f]
+                column = by_feature[f] if mask is None else by_feature[f][mask]
                 keys = spill.chunk_keys(record, f)
                 counts = np.bincount(column + 1, minlength=len(keys) + 1)[1:]
                 seen = counts > 0
@@ -596,14 +602,18 @@ def _write(
         def remapped(record: _ChunkRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             """The record's split codes, dense ``[n, Dd]``, global ids ``[n, F]`` and labels."""
             rows = spill.rows_of(record)
-            local = spill.read("local", record)
+            local = _by_feature(spill.read("local", record))
             ids = np.empty(local.shape, dtype=sparse_dtype)
 
             def remap(f: int) -> None:
-                table = np.concatenate(([MISSING], vocabs[f].lookup(spill.chunk_keys(record, f))))
-                ids[:, f] = table[local[:, f] + 1]
+                keys = spill.chunk_keys(record, f)
+                table = np.empty(1 + len(keys), dtype=sparse_dtype)
+                table[0] = MISSING
+                table[1:] = vocabs[f].lookup(keys)
+                np.take(table, local[f] + 1, out=ids[f])
 
             list(pool.map(remap, range(num_sparse)))
+            ids = np.ascontiguousarray(ids.T)  # back to rows: [n, F]
             return _assign(rule, rows, drop), spill.read("dense", record), ids, rows.label
 
         # the next record is remapped on a thread while this one is written
