@@ -304,13 +304,20 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                 closing(prefetch(lambda: iter(job.chunks), name="prepare-parse")) as chunks,
             ):
                 for chunk in _checked(chunks, len(dense), len(sparse)):
-                    encoded = list(pool.map(lambda col: encode_column(col, None), chunk.sparse))
                     n = len(chunk.label)
-                    local = np.empty((n, len(sparse)), dtype=np.int32)
-                    for f, (idx, _) in enumerate(encoded):
-                        local[:, f] = idx
-                    keys = [k for _, k in encoded]
-                    row_hash = _row_hashes_in_parts(pool, chunk.label, chunk.dense, local, keys)
+                    by_feature = np.empty((len(sparse), n), dtype=np.int32)
+
+                    def encode(
+                        f: int, chunk: Chunk = chunk, by_feature: np.ndarray = by_feature
+                    ) -> np.ndarray:
+                        by_feature[f], keys = encode_column(chunk.sparse[f], None)
+                        return keys
+
+                    keys = list(pool.map(encode, range(len(sparse))))
+                    row_hash = _row_hashes_in_parts(
+                        pool, chunk.label, chunk.dense, by_feature.T, keys
+                    )
+                    local = np.ascontiguousarray(by_feature.T)
                     if cap is not None:
                         keys = [bucket_keys(k, cap) for k in keys]
                     spill.add(chunk, local, keys, row_hash)
