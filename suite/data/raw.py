@@ -42,6 +42,7 @@ MAX_EXAMPLES = 20
 
 OnBadRows = Literal["error", "skip"]
 BOM = b"\xef\xbb\xbf"
+NEWLINE = ord("\n")
 """A UTF-8 byte order mark, dropped from the start of every file (with a header or not)."""
 
 
@@ -200,7 +201,7 @@ class SourceInfo:
 class _Block:
     first_line: int
     first_row: int
-    data: bytes | bytearray
+    data: bytes | memoryview
     lines: int
 
 
@@ -259,7 +260,7 @@ class RawReader:
         data = (
             block.data
             if fmt.separator is None
-            else block.data.replace(fmt.separator, fmt.delimiter.encode())
+            else bytes(block.data).replace(fmt.separator, fmt.delimiter.encode())
         )
         try:
             table = _read_csv(data, fmt)
@@ -276,7 +277,7 @@ class RawReader:
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass
         # slow path: find the bad lines, empty ones included
-        parts = _split_lines(data)
+        parts = _split_lines(bytes(data))
         empty = [(i, "empty line") for i, p in enumerate(parts) if not p.strip(b"\r\n")]
         bad = _find_bad_lines(parts, fmt, self.on_bad_rows == "error", empty)
         if not bad:  # the block fails, but no line alone does
@@ -429,20 +430,20 @@ def _line_blocks(
     header_seen = not header
     sizes = [0]
 
-    def emit(data: bytes | bytearray) -> Iterator[bytes | _Block]:
+    def emit(data: bytes | memoryview) -> Iterator[bytes | _Block]:
         nonlocal line, row, header_seen
         if not header_seen:
-            cut = data.find(b"\n") + 1
+            cut = _next_newline(data, 0) + 1
             yield bytes(data[:cut])
             header_seen = True
             data = data[cut:]
             line += 1
         start = 0
         while start < len(data):  # blocks of about block_bytes, cut after a newline
-            stop = data.find(b"\n", start + block_bytes - 1) + 1
+            stop = _next_newline(data, start + block_bytes - 1) + 1
             stop = len(data) if stop == 0 or len(data) - stop < block_bytes // 4 else stop
             piece = data[start:stop] if start or stop < len(data) else data
-            count = piece.count(b"\n")
+            count = int(np.count_nonzero(np.frombuffer(piece, dtype=np.uint8) == NEWLINE))
             yield _Block(line, row, piece, count)
             line += count
             row += count
@@ -461,14 +462,14 @@ def _line_blocks(
         at_start = True
         for piece in pieces:
             if at_start:  # a UTF-8 byte order mark is not data
-                piece = piece[len(BOM) :] if piece.startswith(BOM) else piece
+                piece = piece[len(BOM) :] if piece[: len(BOM)] == BOM else piece
                 at_start = False
-            if piece.endswith(b"\n"):
+            if piece[-1:] == b"\n":
                 yield from emit(piece)
-            elif piece.strip(b"\r\n"):  # the last line lacks its line break
-                yield from emit(piece + b"\n")
+            elif bytes(piece).strip(b"\r\n"):  # the last line lacks its line break
+                yield from emit(bytes(piece) + b"\n")
             elif piece and not header_seen:
-                yield from emit(piece)
+                yield from emit(bytes(piece))
     if not header_seen:
         raise DataError(f"{path}: empty file (no header)")
     info.bytes = sizes[0]
@@ -478,30 +479,56 @@ def _line_blocks(
 
 def _file_pieces(
     handle: BinaryIO, block_bytes: int, digest: Any, sizes: list[int]
-) -> Iterator[bytearray]:
+) -> Iterator[bytes | memoryview]:
     """An uncompressed file in pieces of whole lines (the last may lack its line break).
 
     Each piece is read straight into a buffer of its own behind the previous piece's
-    unfinished line, so the text is copied once, by the read.
+    unfinished line, so the text is copied once, by the read; the buffer is left
+    uninitialised, so its pages are first touched by the read, without the GIL.
     """
-    carry = bytearray()
+    carry = b""
     while True:
-        buffer = bytearray(len(carry) + block_bytes)
-        buffer[: len(carry)] = carry
-        with memoryview(buffer) as view:  # released before the buffer is cut to size
-            got = handle.readinto(view[len(carry) :])
-            digest.update(view[len(carry) : len(carry) + got])
+        buffer = np.empty(len(carry) + block_bytes, dtype=np.uint8)
+        buffer[: len(carry)] = np.frombuffer(carry, dtype=np.uint8)
+        view = memoryview(buffer)
+        got = handle.readinto(view[len(carry) :])
         if not got:
             if carry:
                 yield carry
             return
+        digest.update(view[len(carry) : len(carry) + got])
         sizes[0] += got
         end = len(carry) + got
-        cut = buffer.rfind(b"\n", 0, end) + 1
-        carry = buffer[cut:end]
+        cut = _last_newline(buffer[:end]) + 1
+        carry = buffer[cut:end].tobytes()
         if cut:  # else one line is longer than the buffer: read on behind it
-            del buffer[cut:]
-            yield buffer
+            yield view[:cut]
+
+
+def _next_newline(data: bytes | memoryview, start: int) -> int:
+    """Index of the first ``\\n`` at or after ``start``, or -1 (numpy: no GIL held)."""
+    text = np.frombuffer(data, dtype=np.uint8)
+    window = 1 << 16
+    while start < len(text):
+        hits = np.flatnonzero(text[start : start + window] == NEWLINE)
+        if len(hits):
+            return start + int(hits[0])
+        start += window
+        window *= 2
+    return -1
+
+
+def _last_newline(text: np.ndarray) -> int:
+    """Index of the last ``\\n`` in ``text`` (uint8), or -1."""
+    stop, window = len(text), 1 << 16
+    while stop > 0:
+        start = max(0, stop - window)
+        hits = np.flatnonzero(text[start:stop] == NEWLINE)
+        if len(hits):
+            return start + int(hits[-1])
+        stop = start
+        window *= 2
+    return -1
 
 
 def _inflated_pieces(
