@@ -19,6 +19,7 @@ import pytest
 
 from suite.cli import main
 from suite.config import build_config
+from suite.data.integrity import column_ranges
 from suite.data.prepared import FORMAT_VERSION, load_prepared
 from suite.data.source import get_prepared, prepared_dir
 from suite.errors import DataError
@@ -616,3 +617,11 @@ def test_the_write_pass_lookahead_keeps_order_and_raises_in_place() -> None:
     assert got == [0, 1, 4]
     assert list(ahead([])) == []
     assert list(ahead(range(3))) == [0, 1, 4]
+
+
+@pytest.mark.parametrize("rows", [1, 63, 64, 65, 1000])
+def test_column_ranges_are_numpy_min_and_max(rows: int) -> None:
+    values = np.random.default_rng(rows).integers(-50, 10**6, (rows, 26)).astype(np.int32)
+    lows, highs = column_ranges(values)
+    assert lows.tolist() == values.min(axis=0).tolist()
+    assert highs.tolist() == values.max(axis=0).tolist()

@@ -33,6 +33,7 @@ from suite import __version__
 from suite.data import slot
 from suite.data.integrity import (
     check_ranges,
+    column_ranges,
     first_bad_dense,
     first_bad_id,
     first_bad_label,
@@ -208,7 +209,7 @@ class PreparedWriter:
         sparse = arrays["sparse"]
         if not len(sparse):
             return True
-        lows, highs = sparse.min(axis=0), sparse.max(axis=0)
+        lows, highs = column_ranges(sparse)
         if (lows < 0).any() or (highs >= np.asarray(self.schema.cardinalities)).any():
             return False
         ranges["positives"] += int(np.count_nonzero(arrays["label"]))
