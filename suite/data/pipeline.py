@@ -310,8 +310,8 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                     def encode(
                         f: int, chunk: Chunk = chunk, by_feature: np.ndarray = by_feature
                     ) -> np.ndarray:
-                        by_feature[f], keys = encode_column(chunk.sparse[f], None)
-                        return keys
+                        by_feature[f], column_keys = encode_column(chunk.sparse[f], None)
+                        return column_keys
 
                     keys = list(pool.map(encode, range(len(sparse))))
                     row_hash = _row_hashes_in_parts(

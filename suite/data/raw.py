@@ -36,14 +36,15 @@ from suite.errors import DataError
 BLOCK_BYTES = 32 << 20
 """Target size of one parsed block of text (whole lines)."""
 READ_BYTES = 8 << 20
-"""Bytes read from disk at a time by the reader thread."""
+"""Compressed bytes read at a time from a gzip file (a plain file is read a block at a
+time, straight into the block's buffer)."""
 MAX_EXAMPLES = 20
 """Bad rows described in the manifest (all are counted)."""
 
 OnBadRows = Literal["error", "skip"]
 BOM = b"\xef\xbb\xbf"
-NEWLINE = ord("\n")
 """A UTF-8 byte order mark, dropped from the start of every file (with a header or not)."""
+NEWLINE = ord("\n")
 
 
 def find_file(raw: Path, names: tuple[str, ...]) -> Path:

@@ -183,7 +183,7 @@ def encode_column(
 
 def packed_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray | None:
     """The uint64 keys of a string column whose every value is 8 ASCII bytes or empty
-    (Criteo's and Avazu's hashes), nulls kept; ``None`` for any other column.
+    (Criteo's hashed values), nulls kept; ``None`` for any other column.
 
     Read straight from the data buffer as big-endian words, these are exactly the keys
     :func:`string_keys` gives, and a dictionary of integers is built about twice as fast as
