@@ -4,9 +4,10 @@ A background thread reads the file (plain or gzip, found by its magic bytes), ha
 bytes as they go by (the manifest's sha256 costs no second read) and cuts the stream into
 blocks of whole lines; the consuming thread parses each block with
 ``pyarrow.csv.read_csv`` (explicit column types, one core: prepare parses on a thread of
-its own while the block before is encoded, which beat pyarrow's threads). Only when pyarrow rejects a block does slow code run:
-it finds the offending lines by bisection with pyarrow itself, so the rules for a bad row
-are exactly the parser's and the error names the file and line::
+its own while the block before is encoded, which beat pyarrow's threads). Only when
+pyarrow rejects a block does slow code run: it finds the offending lines by bisection with
+pyarrow itself, so the rules for a bad row are exactly the parser's and the error names
+the file and line::
 
     DataError: train.txt:1234: expected 40 columns, got 39
 

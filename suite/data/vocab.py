@@ -119,15 +119,22 @@ def string_keys(values: pa.Array) -> np.ndarray:
     lengths = offsets[1:] - starts
     short = np.minimum(lengths, 8)
     word = words[starts] & _BYTE_MASKS[short]
-    # a byte >= 0x80, or a NUL inside the value (bytes past the value read as 0x01)
-    filled = word | (~_BYTE_MASKS[short] & _ONES)
-    with np.errstate(over="ignore"):
-        has_nul = ((filled - _ONES) & ~filled & _HIGH_BITS) != 0
-    hashed = (lengths > 8) | ((word & _HIGH_BITS) != 0) | has_nul
+    filled = word | (~_BYTE_MASKS[short] & _ONES)  # bytes past the value read as 0x01
+    hashed = (lengths > 8) | _not_plain(filled)
     keys = word.byteswap()
     if hashed.any():
         keys[hashed] = _fnv1a(data, starts[hashed].astype(np.int64), lengths[hashed]) | _HASHED
     return keys
+
+
+def _not_plain(words: np.ndarray) -> np.ndarray:
+    """bool ``[n]``: the little-endian ``uint64`` word holds a byte >= 0x80 or a NUL
+    (subtracting 1 from every byte sets a high bit only where a byte was 0)."""
+    with np.errstate(over="ignore"):
+        flags = words - _ONES
+    flags |= words
+    flags &= _HIGH_BITS
+    return flags != 0
 
 
 def _fnv1a(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -189,12 +196,10 @@ def packed_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArra
     :func:`string_keys` gives, and a dictionary of integers is built about twice as fast as
     one of strings.
     """
-    if isinstance(column, pa.ChunkedArray):
-        if column.type not in (pa.string(), pa.binary()):
-            return None
-        column = column.combine_chunks()  # a parser's many small chunks: one pass instead
     if column.type not in (pa.string(), pa.binary()):
         return None
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()  # a parser's many small chunks: one pass instead
     n, offset = len(column), column.offset
     validity, offsets_buf, data_buf = column.buffers()
     offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=offset * 4)
@@ -203,18 +208,15 @@ def packed_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArra
     first, last = int(offsets[0]), int(offsets[-1])
     if last - first != 8 * count:  # some value is neither empty nor 8 bytes long
         return None
-    words = np.frombuffer(data_buf, dtype=">u8", count=count, offset=first) if count else None
-    if words is not None:
-        little = words.view("<u8")
-        with np.errstate(over="ignore"):  # a byte >= 0x80 or a NUL sets its high bit
-            flags = little - _ONES
-        flags |= little
-        flags &= _HIGH_BITS
-        if flags.any():
-            return None
+    words = (
+        np.frombuffer(data_buf, dtype=">u8", count=count, offset=first)
+        if count
+        else np.zeros(0, dtype=">u8")
+    )
+    if _not_plain(words.view("<u8")).any():
+        return None
     keys = np.zeros(offset + n, dtype=np.uint64)  # the validity bits count from offset
-    if words is not None:
-        keys[offset:][full] = words
+    keys[offset:][full] = words
     return pa.Array.from_buffers(
         pa.uint64(), n, [validity, pa.py_buffer(keys)], null_count=column.null_count, offset=offset
     )
@@ -271,9 +273,8 @@ class VocabCounter:
 
 def reduce_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sum counts of equal keys; returns sorted distinct keys."""
-    order = np.argsort(
-        keys
-    )  # integer sums do not depend on the order of equal keys: ~3x a stable sort
+    # integer sums do not depend on the order of equal keys: ~3x a stable sort
+    order = np.argsort(keys)
     keys, counts = keys[order], counts[order]
     if len(keys) == 0:
         return keys, counts
