@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.data.raw import BOM, SourceInfo, _Block, _line_blocks
+from suite.data.raw import BOM, SourceInfo, _Block, _count_newlines, _line_blocks
 
 
 def _text(rng: random.Random, lines: int) -> bytes:
@@ -59,3 +59,12 @@ def test_a_line_longer_than_a_block_is_kept_whole(tmp_path: Path) -> None:
     path.write_bytes(text)
     blocks = list(_line_blocks(path, 16, False, SourceInfo(path.name)))[1:]
     assert [bytes(b.data) for b in blocks] == [b"short\n", b"y" * 10_000 + b"\n", b"end\n"]
+
+
+@pytest.mark.parametrize("window", [1, 3, 8, 1 << 18])
+def test_newlines_are_counted_across_windows(window: int) -> None:
+    rng = random.Random(window)
+    for size in [0, 1, 7, 8, 9, 1000]:
+        text = bytes(rng.choice(b"ab\n") for _ in range(size))
+        assert _count_newlines(text, window) == text.count(b"\n")
+        assert _count_newlines(memoryview(text), window) == text.count(b"\n")

@@ -190,6 +190,9 @@ class _Spill:
     def add(
         self, chunk: Chunk, local: np.ndarray, keys: list[np.ndarray], row_hash: np.ndarray
     ) -> None:
+        """Keep a chunk: ``local [F, n]`` int32 feature-major (a feature's indices into its
+        ``keys`` in one run of memory, as the count and write passes read them), ``keys``
+        F uint64 arrays, ``row_hash [n]``."""
         n = len(chunk.label)
         arrays = {
             "label": chunk.label.astype(np.float32, copy=False),
@@ -238,7 +241,9 @@ class _Spill:
         data = np.fromfile(
             self.directory / name, dtype=dtype, count=count * width, offset=start * width * itemsize
         )
-        return data.reshape(count, width) if width > 1 or name in ("dense", "local") else data
+        if name == "local":  # feature-major
+            return data.reshape(width, count)
+        return data.reshape(count, width) if width > 1 or name == "dense" else data
 
     def read(self, name: str, record: _ChunkRecord) -> np.ndarray:
         if record.memory is not None:
@@ -317,10 +322,9 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                     row_hash = _row_hashes_in_parts(
                         pool, chunk.label, chunk.dense, by_feature.T, keys
                     )
-                    local = np.ascontiguousarray(by_feature.T)
                     if cap is not None:
                         keys = [bucket_keys(k, cap) for k in keys]
-                    spill.add(chunk, local, keys, row_hash)
+                    spill.add(chunk, by_feature, keys, row_hash)
                     bar.update(n)
             spill.close_files()
             if spill.rows == 0:
@@ -412,12 +416,10 @@ def row_hashes(
             value[:] = np.ascontiguousarray(dense[:, j], dtype=np.float32).view(np.uint32)
             add(1 + j)
         for f, k in enumerate(keys):
-            idx = local[:, f]
-            if len(k):
-                np.take(k, np.maximum(idx, 0), out=value)
-            else:
-                value[:] = 0
-            value[idx < 0] = _MISSING_KEY
+            # -1 (missing) takes the last entry: the missing key appended to the keys
+            np.take(
+                np.append(k.astype(np.uint64, copy=False), _MISSING_KEY), local[:, f], out=value
+            )
             add(1 + num_dense + f)
         return splitmix64(h)
 
@@ -531,12 +533,6 @@ def _checked(chunks: Iterable[Chunk], num_dense: int, num_sparse: int) -> Iterat
             yield chunk
 
 
-def _by_feature(local: np.ndarray) -> np.ndarray:
-    """``local [n, F]`` as ``[F, n]``, C-contiguous: a feature's column in one run of
-    memory (26 strided passes over the rows cost about twice one transposing copy)."""
-    return np.ascontiguousarray(local.T)
-
-
 def _count(
     spill: _Spill,
     rule: SplitRule,
@@ -558,7 +554,7 @@ def _count(
                 mask = ~drop[record.start : record.start + record.rows]
             else:
                 mask = None
-            by_feature = _by_feature(spill.read("local", record))
+            by_feature = spill.read("local", record)
 
             def count(
                 f: int,
@@ -609,7 +605,7 @@ def _write(
         def remapped(record: _ChunkRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             """The record's split codes, dense ``[n, Dd]``, global ids ``[n, F]`` and labels."""
             rows = spill.rows_of(record)
-            local = _by_feature(spill.read("local", record))
+            local = spill.read("local", record)
             ids = np.empty(local.shape, dtype=sparse_dtype)
 
             def remap(f: int) -> None:
