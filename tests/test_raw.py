@@ -5,11 +5,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from suite.data.raw import BOM, SourceInfo, _Block, _count_newlines, _line_blocks
+from suite.data.raw import BOM, SourceInfo, _Block, _count_newlines, _file_pieces, _line_blocks
 
 
 def _text(rng: random.Random, lines: int) -> bytes:
@@ -68,3 +70,33 @@ def test_newlines_are_counted_across_windows(window: int) -> None:
         text = bytes(rng.choice(b"ab\n") for _ in range(size))
         assert _count_newlines(text, window) == text.count(b"\n")
         assert _count_newlines(memoryview(text), window) == text.count(b"\n")
+
+
+def _buffer_of(piece: bytes | memoryview) -> object:
+    """The array a piece was read into (the pool hands out views of its buffers)."""
+    assert isinstance(piece, memoryview)
+    owner = piece.obj
+    return owner.base if isinstance(owner, np.ndarray) and owner.base is not None else owner
+
+
+def test_a_block_buffer_is_used_again_only_once_its_pieces_are_gone(tmp_path: Path) -> None:
+    text = _text(random.Random(3), 500)
+    path = tmp_path / "file.txt"
+    path.write_bytes(text)
+
+    def pieces() -> Iterator[bytes | memoryview]:
+        with path.open("rb") as handle:
+            yield from _file_pieces(handle, 4096, hashlib.sha256(), [0])
+
+    held = list(pieces())  # every piece kept: each in a buffer of its own, none overwritten
+    assert len(held) > 10
+    assert b"".join(bytes(p) for p in held) == text
+    assert len({id(_buffer_of(p)) for p in held}) == len(held)
+
+    buffers, read = [], []  # the buffers are kept alive here, the pieces are not
+    for piece in pieces():
+        buffers.append(_buffer_of(piece))
+        read.append(bytes(piece))
+        del piece
+    assert b"".join(read) == text
+    assert len({id(b) for b in buffers}) <= 2

@@ -22,6 +22,7 @@ import hashlib
 import queue
 import re
 import threading
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -484,13 +485,15 @@ def _file_pieces(
 ) -> Iterator[bytes | memoryview]:
     """An uncompressed file in pieces of whole lines (the last may lack its line break).
 
-    Each piece is read straight into a buffer of its own behind the previous piece's
-    unfinished line, so the text is copied once, by the read; the buffer is left
-    uninitialised, so its pages are first touched by the read, without the GIL.
+    Each piece is read straight into a buffer behind the previous piece's unfinished
+    line, so the text is copied once, by the read. The buffers are used again once the
+    pieces cut from them are gone, so their pages are not faulted in afresh for every
+    block; a new one is left uninitialised, first touched by the read, without the GIL.
     """
+    buffers = _BufferPool()
     carry = b""
     while True:
-        buffer = np.empty(len(carry) + block_bytes, dtype=np.uint8)
+        buffer = buffers.take(len(carry) + block_bytes)
         buffer[: len(carry)] = np.frombuffer(carry, dtype=np.uint8)
         view = memoryview(buffer)
         got = handle.readinto(view[len(carry) :])
@@ -505,6 +508,34 @@ def _file_pieces(
         carry = buffer[cut:end].tobytes()
         if cut:  # else one line is longer than the buffer: read on behind it
             yield view[:cut]
+        del buffer, view  # the pool may hand it out again once its pieces are gone
+
+
+class _BufferPool:
+    """Block buffers used again once nothing refers to them.
+
+    A fresh buffer's pages are zeroed by the kernel when first touched, which cost as
+    much as reading the text into them. Each buffer is handed out as a view of it; the
+    pieces cut from that view keep it alive, so a buffer is free again exactly when its
+    view is gone (a weak reference says so, whoever held the pieces).
+    """
+
+    def __init__(self, keep: int = 8) -> None:
+        self._keep = keep
+        self._entries: list[tuple[np.ndarray, weakref.ref[np.ndarray]]] = []
+
+    def take(self, size: int) -> np.ndarray:
+        """A writable uint8 ``[size]`` array nobody else holds (contents undefined)."""
+        for i, (buffer, handed) in enumerate(self._entries):
+            if handed() is None and len(buffer) >= size:
+                view = buffer[:size]
+                self._entries[i] = (buffer, weakref.ref(view))
+                return view
+        buffer = np.empty(size + size // 8, dtype=np.uint8)  # room for a longer carry
+        view = buffer[:size]
+        if len(self._entries) < self._keep:
+            self._entries.append((buffer, weakref.ref(view)))
+        return view
 
 
 def _next_newline(data: bytes | memoryview, start: int) -> int:
