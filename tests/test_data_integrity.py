@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import suite.data.pipeline as pipeline
 from suite.cli import main
 from suite.config import build_config
 from suite.data.integrity import column_ranges
@@ -216,9 +217,14 @@ def test_an_older_format_is_refused_in_one_line(tmp_path: Path) -> None:
 # --- item 5: duplicates -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("search_below", [0.0, 1.0], ids=["sort-every-row", "search-repeats"])
 def test_duplicates_are_counted_warned_and_dropped(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    search_below: float,
 ) -> None:
+    monkeypatch.setattr(pipeline, "SEARCH_REPEATS_BELOW", search_below)
     distinct = criteo_lines(90, seed=3)
     assert len(set(distinct)) == 90
     raw = write(tmp_path / "train.txt", [line for line in distinct for _ in range(12)])
@@ -514,7 +520,6 @@ def _prepared_contents(data) -> dict[str, object]:
 def test_spill_in_memory_on_files_or_both_prepares_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dataset: str
 ) -> None:
-    import suite.data.pipeline as pipeline
     import suite.data.raw as raw_module
 
     monkeypatch.setattr(raw_module, "BLOCK_BYTES", 1500)  # many chunks
@@ -625,3 +630,16 @@ def test_column_ranges_are_numpy_min_and_max(rows: int) -> None:
     lows, highs = column_ranges(values)
     assert lows.tolist() == values.min(axis=0).tolist()
     assert highs.tolist() == values.max(axis=0).tolist()
+
+
+@pytest.mark.parametrize("repeats", [0, 1, 30, 5000])
+def test_repeated_hashes_marks_exactly_the_rows_whose_hash_recurs(repeats: int) -> None:
+    rng = np.random.default_rng(repeats)
+    hashes = rng.integers(0, 2**64 - 1, size=20_000, dtype=np.uint64)
+    copies = rng.integers(0, len(hashes), size=(repeats, 2))
+    hashes[copies[:, 0]] = hashes[copies[:, 1]]
+    values, counts = np.unique(hashes, return_counts=True)
+    expected = np.isin(hashes, values[counts > 1])
+    marked = pipeline._repeated_hashes(hashes)
+    # many repeats: every row goes to the exact sort (a superset is still exact)
+    assert (marked == expected).all() or (repeats == 5000 and marked.all())

@@ -475,7 +475,8 @@ def _duplicates(
         codes[record.start : record.start + record.rows] = rule.assign(spill.rows_of(record))
     hashes = spill.hashes()
     kept = np.flatnonzero(codes != DROP)
-    order = kept[np.lexsort((codes[kept], hashes[kept]))]  # stable: file order within ties
+    repeated = kept[_repeated_hashes(hashes[kept])]  # a row whose hash is unique is no copy
+    order = repeated[np.lexsort((codes[repeated], hashes[repeated]))]  # stable: file order
     h, c = hashes[order], codes[order]
     first = np.ones(len(order), dtype=bool)
     first[1:] = h[1:] != h[:-1]
@@ -487,7 +488,7 @@ def _duplicates(
     result = {
         "counted": True,
         "method": "64-bit hash of label, dense bits and raw categorical values",
-        "rows_checked": len(order),
+        "rows_checked": len(kept),
         "duplicate_rows": int((~first).sum()),
         "within_split": {s: int((within & (c == i)).sum()) for i, s in enumerate(SPLIT_NAMES)},
         "across_splits": {
@@ -501,6 +502,28 @@ def _duplicates(
         drop = np.zeros(spill.rows, dtype=bool)
         drop[order[~first]] = True
     return result, drop
+
+
+SEARCH_REPEATS_BELOW = 0.01
+"""Repeated hashes are looked for row by row while they are fewer than this fraction of
+the rows; with more, every row goes to the exact (stable) sort."""
+
+
+def _repeated_hashes(hashes: np.ndarray) -> np.ndarray:
+    """bool ``[n]``: the rows whose hash ``[n]`` uint64 occurs more than once.
+
+    One unstable sort finds the repeated values (4x faster than the stable two-key sort
+    that orders the copies); when they are few, a binary search over them marks the
+    rows, and only those rows need the exact sort."""
+    ordered = np.sort(hashes)
+    repeats = ordered[1:][ordered[1:] == ordered[:-1]]
+    if len(repeats) == 0:
+        return np.zeros(len(hashes), dtype=bool)
+    if len(repeats) >= SEARCH_REPEATS_BELOW * len(hashes):
+        return np.ones(len(hashes), dtype=bool)
+    values = np.unique(repeats)
+    at = np.minimum(np.searchsorted(values, hashes), len(values) - 1)
+    return values[at] == hashes
 
 
 def _duplicate_warnings(
