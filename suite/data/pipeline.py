@@ -505,8 +505,9 @@ def _duplicates(
 
 
 SEARCH_REPEATS_BELOW = 0.01
-"""Repeated hashes are looked for row by row while they are fewer than this fraction of
-the rows; with more, every row goes to the exact (stable) sort."""
+"""While the repeated hashes are fewer than this fraction of the rows, a binary search
+picks out the rows that carry them for the exact (stable) sort; with more, every row
+goes to it."""
 
 
 def _repeated_hashes(hashes: np.ndarray) -> np.ndarray:
