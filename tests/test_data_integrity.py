@@ -6,6 +6,7 @@ written here, or a real subprocess killed at the worst moment; nothing is mocked
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import stat
@@ -516,10 +517,13 @@ def _prepared_contents(data) -> dict[str, object]:
     return {"fingerprint": data.fingerprint, "manifest": json.dumps(manifest, sort_keys=True)}
 
 
-@pytest.mark.parametrize("dataset", ["criteo-dedupe", "avazu-by-day"])
+@pytest.mark.parametrize("dataset", ["criteo-dedupe", "criteo-bad-rows", "avazu-by-day"])
 def test_spill_in_memory_on_files_or_both_prepares_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dataset: str
 ) -> None:
+    """Every way the spill can hold a chunk gives the same prepared data: in memory or on
+    files, local ids 1, 2 or 4 bytes wide (padded in the ids file), row numbers elided
+    where consecutive and kept where skipped bad rows break the run."""
     import suite.data.raw as raw_module
 
     monkeypatch.setattr(raw_module, "BLOCK_BYTES", 1500)  # many chunks
@@ -529,6 +533,16 @@ def test_spill_in_memory_on_files_or_both_prepares_the_same(
 
         def build():
             return get_prepared(criteo_spec(raw, dedupe="true"), progress=False, rebuild=True)
+    elif dataset == "criteo-bad-rows":
+        lines = criteo_lines(300, seed=8)
+        for i in range(3, 300, 7):
+            lines[i] = "\t".join(lines[i].split("\t")[:20])
+        raw = write(tmp_path / "train.txt", lines)
+
+        def build():
+            data = get_prepared(criteo_spec(raw, on_bad_rows="skip"), progress=False, rebuild=True)
+            assert data.manifest["bad_rows"]["total"] == 43
+            return data
     else:
         from tests.test_datasets_avazu import prepare as prepare_avazu
         from tests.test_datasets_avazu import write as write_avazu
@@ -541,12 +555,21 @@ def test_spill_in_memory_on_files_or_both_prepares_the_same(
 
     spilled: dict[str, list[int]] = {}
     original = pipeline._Spill.add
+    widths = itertools.cycle([np.uint8, np.uint16, np.uint32, np.uint16])
+    narrow = pipeline.shifted_ids
 
     def add(self, *args, **kwargs) -> None:
         original(self, *args, **kwargs)
-        spilled.setdefault(budget_name, []).append(self.records[-1].file_start)
+        record = self.records[-1]
+        spilled.setdefault(budget_name, []).append(record.file_start)
+        elided.setdefault(budget_name, []).append(record.first_row is not None)
 
+    def shifted_ids(local: np.ndarray, num_keys: int) -> np.ndarray:
+        return narrow(local, num_keys).astype(next(widths))
+
+    elided: dict[str, list[bool]] = {}
     monkeypatch.setattr(pipeline._Spill, "add", add)
+    monkeypatch.setattr(pipeline, "shifted_ids", shifted_ids)
     results = {}
     for budget_name, budget in [("memory", 1 << 40), ("files", 0), ("both", 6000)]:
         monkeypatch.setattr(pipeline, "spill_memory_budget", lambda budget=budget: budget)
@@ -555,7 +578,22 @@ def test_spill_in_memory_on_files_or_both_prepares_the_same(
     assert (starts["memory"] < 0).all() and (starts["files"] >= 0).all()
     assert (starts["both"] < 0).any() and (starts["both"] >= 0).any()
     assert len(starts["files"]) > 5
+    assert all(elided["files"]) == (dataset != "criteo-bad-rows")
+    assert any(elided["files"])
     assert results["memory"] == results["files"] == results["both"]
+
+
+@pytest.mark.parametrize(
+    ("num_keys", "dtype"),
+    [(1, np.uint8), (255, np.uint8), (256, np.uint16), (65535, np.uint16), (65536, np.uint32)],
+)
+def test_shifted_ids_take_the_narrowest_type_that_holds_every_key(
+    num_keys: int, dtype: type
+) -> None:
+    local = np.array([-1, 0, num_keys - 1, num_keys // 2, -1], dtype=np.int32)
+    shifted = pipeline.shifted_ids(local, num_keys)
+    assert shifted.dtype == dtype
+    assert shifted.tolist() == [0, 1, num_keys, num_keys // 2 + 1, 0]
 
 
 def test_manifest_checksums_and_fingerprint_match_the_files(
