@@ -1,11 +1,13 @@
 """How fast is `prepare` next to a bare pyarrow parse of the same Criteo file?
 
-    python benchmarks/bench_prepare.py [--rows N] [--raw PATH] [--rounds 3] [--profile]
-                                       [--out results/bench/prepare.json]
+    python benchmarks/bench_prepare.py [--rows N] [--raw PATH | --kaggle PATH] [--rounds 3]
+                                       [--profile] [--out results/bench/prepare.json]
 
 Writes a Criteo Kaggle-format ``train.txt`` of N rows (default 1,000,000) with
 ``benchmarks/gen_criteo.py`` (or takes an existing one with ``--raw``; the Kaggle size is
-``--rows 45840617``, ~11 GB: generate it once on a local disk and pass it with ``--raw``),
+``--rows 45840617``, ~11 GB: ``--kaggle PATH`` generates it at PATH once, atomically, and
+reuses it after, writing ``results/bench/prepare-kaggle-45m.json``; ``nox -s bench`` does
+that when ``RECSUITE_BENCH_KAGGLE`` names the path),
 then times ``--rounds`` interleaved pairs, each side in its own fresh process with the file in
 the page cache:
 
@@ -45,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_criteo import NAMES, generate  # noqa: E402
+from gen_criteo import FULL_ROWS, NAMES, generate  # noqa: E402
 
 from suite.stats import Interval, mean_ci, verdict  # noqa: E402
 
@@ -233,14 +235,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the generated file")
     parser.add_argument(
-        "--out", default=str(ROOT / "results" / "bench" / "prepare.json"), help="JSON result"
+        "--rows", type=int, help="rows of the generated file (1,000,000; with --kaggle 45,840,617)"
+    )
+    parser.add_argument(
+        "--out",
+        help="JSON result (results/bench/prepare.json; with --kaggle prepare-kaggle-45m.json)",
     )
     parser.add_argument(
         "--workdir", help="where to write the file and prepared arrays (default: a temp dir)"
     )
     parser.add_argument("--raw", help="an existing Criteo-format file to use (not generated)")
+    parser.add_argument(
+        "--kaggle",
+        metavar="PATH",
+        help="the Kaggle-size file: generated at PATH once (~11 GB, local disk), then reused",
+    )
     parser.add_argument(
         "--rounds", type=int, default=3, help="interleaved bare/prepare pairs (default 3)"
     )
@@ -261,15 +271,22 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
 
+    if args.raw and args.kaggle:
+        parser.error("give --raw or --kaggle, not both")
+    bench = ROOT / "results" / "bench"
+    rows = args.rows or (FULL_ROWS if args.kaggle else 1_000_000)
+    out = Path(args.out or bench / ("prepare-kaggle-45m.json" if args.kaggle else "prepare.json"))
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-prepare-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        raw = Path(args.raw) if args.raw else work / "train.txt"
-        if not args.raw:
+        raw = Path(args.raw or args.kaggle or work / "train.txt")
+        if args.kaggle:
+            raw.parent.mkdir(parents=True, exist_ok=True)
+        if not args.raw and not (args.kaggle and raw.exists()):
             start = time.perf_counter()
-            _child("generate", raw, Path(str(args.rows)))  # in a child: the parent stays small
+            _child("generate", raw, Path(str(rows)))  # in a child: the parent stays small
             print(
-                f"generated {args.rows:,} rows, {raw.stat().st_size / 1e6:.0f} MB in "
+                f"generated {rows:,} rows, {raw.stat().st_size / 1e6:.0f} MB in "
                 f"{time.perf_counter() - start:.1f}s"
             )
         with raw.open("rb") as handle:  # into the page cache, for both contenders
@@ -291,7 +308,6 @@ def main(argv: list[str] | None = None) -> int:
             print("\nprepare, by cumulative time:\n" + profile["cumulative"])
             print("prepare, by own time:\n" + profile["tottime"])
             report["profile"] = profile
-        out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {out}")
