@@ -3,9 +3,10 @@
 1. **read**: the dataset turns parsed blocks into :class:`Chunk` s (label, dense floats,
    categorical columns). Each categorical column is dictionary-encoded per chunk (pyarrow,
    hash based) into chunk-local indices plus one uint64 key per distinct value. Local
-   indices, dense, labels and row positions stay in memory up to a budget (a sixth of the
-   machine's memory, at most 4 GiB) and go to flat files next to the output past it;
-   nothing is parsed twice and no row is held in Python.
+   indices (1, 2 or 4 bytes, as the chunk's keys need), dense, labels and row positions
+   (unless consecutive) stay in memory up to a budget (a sixth of the machine's memory,
+   at most 4 GiB) and go to flat files next to the output past it; nothing is parsed
+   twice and no row is held in Python.
 2. **count**: the split rule learns its totals; each chunk's train rows are counted per
    local index (``bincount``) and merged into a sorted key/count vocabulary per feature.
 3. **write**: each chunk's local indices go through a small per-chunk lookup table to the
@@ -180,7 +181,7 @@ def _padded(size: int) -> int:
 
 def spill_memory_budget() -> int:
     """Bytes of pass-1 results kept in memory before the rest goes to files: a sixth of
-    this machine's memory, at most 4 GiB (a 10M-row Criteo prepare spills ~2 GB)."""
+    this machine's memory, at most 4 GiB (a 10M-row Criteo prepare spills ~1.3 GB)."""
     try:
         physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
