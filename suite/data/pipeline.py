@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -289,6 +290,16 @@ class _Spill:
             return self._read(name, np.int64, record.row_start, record.rows)
         width = self._widths.get(name, 1)
         return self._read(name, _DTYPES[name], record.file_start, record.rows, width)
+
+    def feature_ids(self, record: _ChunkRecord, f: int) -> np.ndarray:
+        """Feature ``f``'s ``[n]`` :func:`shifted_ids` in the chunk (one read, if spilled)."""
+        if record.ids is not None:
+            return record.ids[f]
+        width = record.id_widths[f]
+        offset = record.ids_offset + sum(_padded(record.rows * w) for w in record.id_widths[:f])
+        return np.fromfile(
+            self.directory / "ids", dtype=f"u{width}", count=record.rows, offset=offset
+        )
 
     def ids(self, record: _ChunkRecord) -> list[np.ndarray]:
         """The chunk's F arrays ``[n]`` of :func:`shifted_ids`."""
@@ -621,41 +632,47 @@ def _count(
     progress: bool,
     dataset: str,
 ) -> list[Vocabulary]:
-    counters = [VocabCounter() for _ in range(spill.num_sparse)]
+    """Each feature's vocabulary over the counted rows: one task per feature over every
+    chunk, largest first, so a long merge of one feature never holds the other workers
+    at a per-chunk barrier."""
+    counted: list[tuple[_ChunkRecord, np.ndarray | None]] = []
+    for record in spill.records:
+        mask = None
+        if options.vocab_split == "train":
+            mask = _assign(rule, spill.rows_of(record), drop) == TRAIN
+        elif drop is not None:
+            mask = ~drop[record.start : record.start + record.rows]
+        if mask is None or mask.all():
+            counted.append((record, None))
+        elif mask.any():
+            counted.append((record, mask))
+    num_sparse = spill.num_sparse
+    lock = threading.Lock()
+
     with _progress(progress, f"{dataset}: count", spill.rows) as bar:
-        for record in spill.records:
-            if options.vocab_split == "train":
-                mask = _assign(rule, spill.rows_of(record), drop) == TRAIN
-                if not mask.any():
-                    bar.update(record.rows)
-                    continue
-            elif drop is not None:
-                mask = ~drop[record.start : record.start + record.rows]
-            else:
-                mask = None
-            ids = spill.ids(record)
 
-            def count(
-                f: int,
-                ids: list[np.ndarray] = ids,
-                mask: np.ndarray | None = mask,
-                record: _ChunkRecord = record,
-            ) -> None:
-                column = ids[f] if mask is None else ids[f][mask]
+        def vocabulary(f: int) -> Vocabulary:
+            counter = VocabCounter()
+            for record, mask in counted:
+                column = spill.feature_ids(record, f)
                 keys = spill.chunk_keys(record, f)
-                counts = np.bincount(column, minlength=len(keys) + 1)[1:]
+                counts = np.bincount(
+                    column if mask is None else column[mask], minlength=len(keys) + 1
+                )[1:]
                 seen = counts > 0
-                counters[f].add(keys[seen], counts[seen])
+                counter.add(keys[seen], counts[seen])
+                with lock:
+                    bar.update(record.rows / num_sparse)
+            keys, counts = counter.finish()
+            del counter
+            return Vocabulary.build(keys, counts, options.min_count)
 
-            list(pool.map(count, range(spill.num_sparse)))
-            bar.update(record.rows)
-
-    def build(f: int) -> Vocabulary:
-        keys, counts = counters[f].finish()
-        counters[f] = VocabCounter()  # free the counts as the vocabularies are built
-        return Vocabulary.build(keys, counts, options.min_count)
-
-    return list(pool.map(build, range(len(counters))))
+        sizes = [sum(r.key_counts[f] for r in spill.records) for f in range(num_sparse)]
+        largest_first = sorted(range(num_sparse), key=lambda f: -sizes[f])
+        futures = {f: pool.submit(vocabulary, f) for f in largest_first}
+        vocabs = [futures[f].result() for f in range(num_sparse)]
+        bar.update(bar.total - bar.n)  # the chunks with no counted rows
+    return vocabs
 
 
 def _write(
