@@ -671,7 +671,7 @@ def _count(
         largest_first = sorted(range(num_sparse), key=lambda f: -sizes[f])
         futures = {f: pool.submit(vocabulary, f) for f in largest_first}
         vocabs = [futures[f].result() for f in range(num_sparse)]
-        bar.update(bar.total - bar.n)  # the chunks with no counted rows
+        bar.update(max(0.0, bar.total - bar.n))  # the chunks with no counted rows
     return vocabs
 
 
