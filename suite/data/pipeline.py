@@ -301,20 +301,6 @@ class _Spill:
             self.directory / "ids", dtype=f"u{width}", count=record.rows, offset=offset
         )
 
-    def ids(self, record: _ChunkRecord) -> list[np.ndarray]:
-        """The chunk's F arrays ``[n]`` of :func:`shifted_ids`."""
-        if record.ids is not None:
-            return record.ids
-        sizes = [_padded(record.rows * width) for width in record.id_widths]
-        data = np.fromfile(
-            self.directory / "ids", dtype=np.uint8, count=sum(sizes), offset=record.ids_offset
-        )
-        starts = np.cumsum([0, *sizes[:-1]])
-        return [
-            data[start : start + record.rows * width].view(f"u{width}")
-            for start, width in zip(starts, record.id_widths, strict=True)
-        ]
-
     def _column(self, name: str) -> np.ndarray:
         """One per-row array over every chunk, in row order."""
         assert name != "row"
@@ -664,7 +650,6 @@ def _count(
                 with lock:
                     bar.update(record.rows / num_sparse)
             keys, counts = counter.finish()
-            del counter
             return Vocabulary.build(keys, counts, options.min_count)
 
         sizes = [sum(r.key_counts[f] for r in spill.records) for f in range(num_sparse)]
@@ -701,7 +686,6 @@ def _write(
         def remapped(record: _ChunkRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             """The record's split codes, dense ``[n, Dd]``, global ids ``[n, F]`` and labels."""
             rows = spill.rows_of(record)
-            shifted = spill.ids(record)
             ids = np.empty((num_sparse, record.rows), dtype=sparse_dtype)
 
             def remap(f: int) -> None:
@@ -709,7 +693,7 @@ def _write(
                 table = np.empty(1 + len(keys), dtype=sparse_dtype)
                 table[0] = MISSING
                 table[1:] = vocabs[f].lookup(keys)
-                np.take(table, shifted[f], out=ids[f])
+                np.take(table, spill.feature_ids(record, f), out=ids[f])
 
             list(pool.map(remap, range(num_sparse)))
             ids = np.ascontiguousarray(ids.T)  # back to rows: [n, F]
