@@ -8,7 +8,8 @@ tables, SGD lr 0.1 on the MLPs and on the tables). Per batch size, in one proces
 - **GEMM peak at the step's shapes**: every fp32 GEMM one training step runs (for each
   ``nn.Linear(n, m)`` at batch ``B``: forward ``[B,n]x[n,m]``, gradient of the input
   ``[B,m]x[m,n]``, gradient of the weight ``[m,B]x[B,n]``), each timed alone (best of
-  several); the peak is the best of those rates. A 1024^3 GEMM is shown beside it.
+  several) through ``torch.mm`` (MKL) and through oneDNN; the peak is the best of those
+  rates, and each library's own best is shown. A 1024^3 GEMM is shown beside it.
 - **the step's GEMM rate**: ``torch.profiler`` over a few real steps (``with_flops``):
   FLOPs of ``aten::mm``/``addmm``/``bmm`` over their own time; as a fraction of the peak.
 - **the analytic compute floor**: training FLOPs per example (3x forward,
@@ -63,17 +64,43 @@ from suite.tasks.throughput import Window, cycle, measure_loader, timed_window  
 GEMMS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
-def gemm_rate(m: int, k: int, n: int, seconds: float = 0.3) -> float:
-    """Best FLOP/s of ``[m,k] x [k,n]`` in fp32 over ~``seconds`` of repeats."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    out = torch.empty(m, n)
-    torch.mm(a, b, out=out)
+def best_seconds(run: Callable[[], object], seconds: float) -> float:
+    """The fastest of ``run``'s repeats over ~``seconds`` (after one untimed call)."""
+    run()
     best, deadline = float("inf"), time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         tick = time.perf_counter()
-        torch.mm(a, b, out=out)
+        run()
         best = min(best, time.perf_counter() - tick)
-    return 2 * m * k * n / best
+    return best
+
+
+def onednn_linear() -> Callable[..., torch.Tensor] | None:
+    """oneDNN's fp32 linear (the op Inductor lowers CPU linears to), where torch has it."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._linear_pointwise.default
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def gemm_rate(m: int, k: int, n: int, seconds: float = 0.3) -> float:
+    """Best FLOP/s of ``[m,k] x [k,n]`` in fp32 through ``torch.mm`` (MKL on x86 builds)."""
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    out = torch.empty(m, n)
+    return 2 * m * k * n / best_seconds(lambda: torch.mm(a, b, out=out), seconds)
+
+
+def onednn_gemm_rate(m: int, k: int, n: int, seconds: float = 0.3) -> float | None:
+    """Best FLOP/s of the same product through oneDNN (``[m,k]`` times a ``[n,k]`` weight,
+    transposed), or None without oneDNN. Another library's kernels on the same cores: the
+    machine's peak at a shape is the better of the two."""
+    linear = onednn_linear()
+    if linear is None:
+        return None
+    a, weight = torch.randn(m, k), torch.randn(n, k)
+    return 2 * m * k * n / best_seconds(lambda: linear(a, weight, None, "none", [], ""), seconds)
 
 
 def step_gemm_shapes(model: RecModel, batch: int) -> list[tuple[int, int, int]]:
@@ -86,9 +113,25 @@ def step_gemm_shapes(model: RecModel, batch: int) -> list[tuple[int, int, int]]:
     return shapes
 
 
-def gemm_peak(model: RecModel, batch: int) -> dict:
-    rates = {f"{m}x{k}x{n}": gemm_rate(m, k, n) for m, k, n in set(step_gemm_shapes(model, batch))}
-    return {"peak_flops": max(rates.values()), "per_shape": rates}
+def gemm_peak(model: RecModel, batch: int, seconds: float = 0.3) -> dict:
+    """Per step GEMM shape, the fp32 rate of ``torch.mm`` and of oneDNN (each the best over
+    ~``seconds`` of repeats); the peak is the best rate of either, at any of the shapes."""
+    per_shape, by_library = {}, {}
+    for m, k, n in sorted(set(step_gemm_shapes(model, batch))):
+        rates = {
+            "torch.mm": gemm_rate(m, k, n, seconds),
+            "onednn": onednn_gemm_rate(m, k, n, seconds),
+        }
+        per_shape[f"{m}x{k}x{n}"] = {lib: r for lib, r in rates.items() if r is not None}
+    for lib in ("torch.mm", "onednn"):
+        found = [rates[lib] for rates in per_shape.values() if lib in rates]
+        if found:
+            by_library[lib] = max(found)
+    return {
+        "peak_flops": max(by_library.values()),
+        "peak_by_library": by_library,
+        "per_shape": per_shape,
+    }
 
 
 Step = Callable[[], int]
@@ -275,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     for batch, entry in report["batches"].items():
+        libraries = entry["gemm_peak"]["peak_by_library"]
+        print(
+            f"batch {batch}, GEMM peak by library: "
+            + ", ".join(f"{lib} {rate / 1e9:.0f} GF/s" for lib, rate in libraries.items())
+        )
         shares = entry["step_gemm"]["top_ops_self_share"]
         print(
             f"batch {batch}, own time by op: "
