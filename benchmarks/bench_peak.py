@@ -137,6 +137,15 @@ def gemm_peak(model: RecModel, batch: int, seconds: float = 0.3) -> dict:
 Step = Callable[[], int]
 
 
+def bench_config() -> RunConfig:
+    """Issue 16's DLRM on criteo-synth (``bench_dense_step.DATA`` and ``MODEL``), untracked."""
+    return build_config(
+        components={"model": "dlrm", "embedding": "full", "dataset": "criteo-synth"},
+        values={"train.progress": False, "tracking.enabled": False},
+        overrides=[f"dataset.options.{k}={v}" for k, v in DATA.items()] + MODEL,
+    )
+
+
 def suite_step(config: RunConfig, data: PreparedDataset, batch: int) -> Step:
     """The suite's loop: fbgemm table-batched embeddings with fused SGD, ``train_step``."""
     model = build_model(config, data)
@@ -229,11 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "results" / "bench" / "peak.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    config = build_config(
-        components={"model": "dlrm", "embedding": "full", "dataset": "criteo-synth"},
-        values={"train.progress": False, "tracking.enabled": False},
-        overrides=[f"dataset.options.{k}={v}" for k, v in DATA.items()] + MODEL,
-    )
+    config = bench_config()
     data = get_prepared(config.dataset, progress=False)
     load_start = os.getloadavg()
     print(

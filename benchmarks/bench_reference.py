@@ -11,7 +11,7 @@ top, the interaction with its index lists built every step), ``dlrm_wrap``,
 ``loss_fn_wrap`` (``BCELoss``), the loss read back as numpy, ``zero_grad``, ``backward``,
 one ``torch.optim.SGD`` step and its ``LRPolicyScheduler`` step; its collate's per-table
 index rows and offsets are built from each batch. All three sides share the model of
-issue 16 (``bench_dense_step.MODEL``), the data and the :class:`BatchLoader`.
+issue 16 (``bench_peak.bench_config``), the data and the :class:`BatchLoader`.
 
 The script imports ``sklearn.metrics`` and ``torch.utils.tensorboard`` for its reports
 only; where they are not installed they are stood in by empty modules (nothing the
@@ -40,10 +40,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table, write_json  # noqa: E402
-from bench_dense_step import DATA, MODEL  # noqa: E402
-from bench_peak import Step, measure, plain_step, suite_step  # noqa: E402
+from bench_peak import Step, bench_config, measure, plain_step, suite_step  # noqa: E402
 
-from suite.config import RunConfig, build_config  # noqa: E402
+from suite.config import RunConfig  # noqa: E402
 from suite.data.loader import BatchLoader  # noqa: E402
 from suite.data.prepared import PreparedDataset  # noqa: E402
 from suite.data.source import get_prepared  # noqa: E402
@@ -167,11 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as exc:
         parser.error(str(exc))
     torch.set_num_threads(args.threads)
-    config = build_config(
-        components={"model": "dlrm", "embedding": "full", "dataset": "criteo-synth"},
-        values={"train.progress": False, "tracking.enabled": False},
-        overrides=[f"dataset.options.{k}={v}" for k, v in DATA.items()] + MODEL,
-    )
+    config = bench_config()
     data = get_prepared(config.dataset, progress=False)
     sides: list[tuple[str, Callable[[RunConfig, PreparedDataset, int], Step]]] = [
         ("suite", suite_step),
