@@ -1,5 +1,6 @@
 """The suite's DLRM training step under settings that should not change its numbers:
-OpenMP wait policy and ``train.compile``, side by side in one run.
+OpenMP wait policy and ``train.compile`` (also with Inductor's max-autotune C++ GEMM
+templates), side by side in one run.
 
     python benchmarks/bench_dense_step.py [--rounds 3] [--variants default,passive,...]
 
@@ -32,8 +33,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# name -> (OpenMP environment, extra --set overrides); an OpenMP variable a variant does not
-# name is unset in its process
+# name -> (environment, extra --set overrides)
 VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
     "default": ({}, ["train.compile=false"]),
     "passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, ["train.compile=false"]),
@@ -41,8 +41,21 @@ VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
     "spin-100k": ({"GOMP_SPINCOUNT": "100000"}, ["train.compile=false"]),
     "compile": ({}, ["train.compile=true"]),
     "passive+compile": ({"OMP_WAIT_POLICY": "PASSIVE"}, ["train.compile=true"]),
+    # Inductor's own C++ GEMM templates, autotuned against ATen's. Static shapes: with a
+    # dynamic batch size torch 2.13's compiled backward of the templated bmm asserts the
+    # first batch's size and fails on any other.
+    "compile-autotune": (
+        {
+            "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+            "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS": "CPP,ATEN",
+            "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_SHAPES": "0",
+        },
+        ["train.compile=true"],
+    ),
 }
 OPENMP = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+# every variable some variant sets: unset in the processes of the variants that do not
+VARIANT_ENV = frozenset(OPENMP).union(*(env for env, _ in VARIANTS.values()))
 MODEL = [
     "model.options.bottom_mlp=512-256-64",
     "model.options.top_mlp=512-256",
@@ -52,7 +65,9 @@ MODEL = [
     "train.sparse_optimizer=sgd",
     "train.sparse_lr=0.1",
 ]
-DATA = {"train_rows": 100_000, "val_rows": 2_000, "test_rows": 2_000}
+# a whole number of batches at every benched size (128 to 2048): a partial last batch
+# would recompile a static-shape variant inside the timed window
+DATA = {"train_rows": 102_400, "val_rows": 2_000, "test_rows": 2_000}
 
 
 def child(sets: list[str], batches: list[int], seconds: float) -> dict:
@@ -70,7 +85,7 @@ def child(sets: list[str], batches: list[int], seconds: float) -> dict:
         overrides=[f"dataset.options.{k}={v}" for k, v in DATA.items()] + MODEL + sets,
     )
     data = get_prepared(config.dataset, progress=False)
-    out: dict = {"openmp": {k: os.environ.get(k) for k in OPENMP}, "batches": {}}
+    out: dict = {"env": {k: os.environ.get(k) for k in sorted(VARIANT_ENV)}, "batches": {}}
     for size in batches:
         model = build_model(config, data)
         dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
@@ -91,9 +106,9 @@ def child(sets: list[str], batches: list[int], seconds: float) -> dict:
 
 
 def run_child(name: str, batches: list[int], seconds: float) -> dict:
-    openmp, sets = VARIANTS[name]
-    env = {k: v for k, v in os.environ.items() if k not in OPENMP}
-    env.update(openmp)
+    own_env, sets = VARIANTS[name]
+    env = {k: v for k, v in os.environ.items() if k not in VARIANT_ENV}
+    env.update(own_env)
     payload = json.dumps({"sets": sets, "batches": batches, "seconds": seconds})
     command = [sys.executable, __file__, "--_child", payload]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -107,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    parser.add_argument("--variants", default="default,passive,compile")
+    parser.add_argument("--variants", default="default,passive,compile,compile-autotune")
     parser.add_argument("--batches", default="128,2048")
     parser.add_argument("--seconds", type=float, default=3.0, help="steady window per batch")
     parser.add_argument("--out", default=str(ROOT / "results" / "bench" / "dense_step.json"))
@@ -125,6 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
     batches = [int(b) for b in args.batches.split(",")]
+    partial = [b for b in batches if DATA["train_rows"] % b]
+    static = [
+        n for n in names if VARIANTS[n][0].get("TORCH_DYNAMO_AUTOMATIC_DYNAMIC_SHAPES") == "0"
+    ]
+    if partial and static:
+        parser.error(
+            f"--batches: {DATA['train_rows']} training rows are not a whole number of batches "
+            f"of {partial}; {', '.join(static)} compile static shapes and would recompile on "
+            "the last, partial batch inside the timed window"
+        )
     load_start = os.getloadavg()
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.rounds):
