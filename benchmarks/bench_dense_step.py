@@ -43,7 +43,7 @@ VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
     "passive+compile": ({"OMP_WAIT_POLICY": "PASSIVE"}, ["train.compile=true"]),
     # Inductor's own C++ GEMM templates, autotuned against ATen's. Static shapes: with a
     # dynamic batch size torch 2.13's compiled backward of the templated bmm asserts the
-    # first batch's size and fails on any other.
+    # batch size it was compiled at and fails on any other.
     "compile-autotune": (
         {
             "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
@@ -68,6 +68,7 @@ MODEL = [
 # a whole number of batches at every benched size (128 to 2048): a partial last batch
 # would recompile a static-shape variant inside the timed window
 DATA = {"train_rows": 102_400, "val_rows": 2_000, "test_rows": 2_000}
+DEFAULT_BATCHES = "128,2048"
 
 
 def child(sets: list[str], batches: list[int], seconds: float) -> dict:
@@ -105,10 +106,17 @@ def child(sets: list[str], batches: list[int], seconds: float) -> dict:
     return out
 
 
+def child_env(name: str, parent: dict[str, str]) -> dict[str, str]:
+    """The environment of variant ``name``'s process: ``parent``'s, less every variable
+    some variant sets, plus the variant's own."""
+    env = {k: v for k, v in parent.items() if k not in VARIANT_ENV}
+    env.update(VARIANTS[name][0])
+    return env
+
+
 def run_child(name: str, batches: list[int], seconds: float) -> dict:
-    own_env, sets = VARIANTS[name]
-    env = {k: v for k, v in os.environ.items() if k not in VARIANT_ENV}
-    env.update(own_env)
+    env = child_env(name, dict(os.environ))
+    sets = VARIANTS[name][1]
     payload = json.dumps({"sets": sets, "batches": batches, "seconds": seconds})
     command = [sys.executable, __file__, "--_child", payload]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -123,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--variants", default="default,passive,compile,compile-autotune")
-    parser.add_argument("--batches", default="128,2048")
+    parser.add_argument("--batches", default=DEFAULT_BATCHES)
     parser.add_argument("--seconds", type=float, default=3.0, help="steady window per batch")
     parser.add_argument("--out", default=str(ROOT / "results" / "bench" / "dense_step.json"))
     parser.add_argument("--_child", help=argparse.SUPPRESS)
