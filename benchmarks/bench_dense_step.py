@@ -25,11 +25,16 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # torch first: the child's OpenMP wait policy must be the one its parent gave it, not
 # the default ``import suite`` sets (torch loads libgomp, which reads the variable once).
 import torch
+
+if TYPE_CHECKING:
+    from suite.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,20 +76,27 @@ DATA = {"train_rows": 102_400, "val_rows": 2_000, "test_rows": 2_000}
 DEFAULT_BATCHES = "128,2048"
 
 
+def bench_config(sets: Sequence[str] = ()) -> RunConfig:
+    """Issue 16's DLRM on criteo-synth (``DATA`` and ``MODEL``), untracked, plus ``sets``
+    (``--set`` overrides). The benchmarks of the dense step all build their config here."""
+    from suite.config import build_config  # here: a variant's process sets OpenMP up first
+
+    return build_config(
+        components={"model": "dlrm", "embedding": "full", "dataset": "criteo-synth"},
+        values={"train.progress": False, "tracking.enabled": False},
+        overrides=[f"dataset.options.{k}={v}" for k, v in DATA.items()] + MODEL + list(sets),
+    )
+
+
 def child(sets: list[str], batches: list[int], seconds: float) -> dict:
     """One process: each batch size's steady training rate (and compile seconds)."""
-    from suite.config import build_config
     from suite.data.loader import BatchLoader
     from suite.data.source import get_prepared
     from suite.engine.build import build_model
     from suite.engine.train import make_dense_optimizer
     from suite.tasks.throughput import measure_training
 
-    config = build_config(
-        components={"model": "dlrm", "embedding": "full", "dataset": "criteo-synth"},
-        values={"train.progress": False, "tracking.enabled": False},
-        overrides=[f"dataset.options.{k}={v}" for k, v in DATA.items()] + MODEL + sets,
-    )
+    config = bench_config(sets)
     data = get_prepared(config.dataset, progress=False)
     out: dict = {"env": {k: os.environ.get(k) for k in sorted(VARIANT_ENV)}, "batches": {}}
     for size in batches:

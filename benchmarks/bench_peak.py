@@ -48,10 +48,10 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_dense_step import DATA, MODEL  # noqa: E402
+from bench_dense_step import bench_config  # noqa: E402
 from bench_throughput import PlainDLRM  # noqa: E402
 
-from suite.config import RunConfig, build_config  # noqa: E402
+from suite.config import RunConfig  # noqa: E402
 from suite.data.loader import BatchLoader  # noqa: E402
 from suite.data.prepared import PreparedDataset  # noqa: E402
 from suite.data.source import get_prepared  # noqa: E402
@@ -135,15 +135,6 @@ def gemm_peak(model: RecModel, batch: int, seconds: float = 0.3) -> dict:
 
 
 Step = Callable[[], int]
-
-
-def bench_config() -> RunConfig:
-    """Issue 16's DLRM on criteo-synth (``bench_dense_step.DATA`` and ``MODEL``), untracked."""
-    return build_config(
-        components={"model": "dlrm", "embedding": "full", "dataset": "criteo-synth"},
-        values={"train.progress": False, "tracking.enabled": False},
-        overrides=[f"dataset.options.{k}={v}" for k, v in DATA.items()] + MODEL,
-    )
 
 
 def suite_step(config: RunConfig, data: PreparedDataset, batch: int) -> Step:

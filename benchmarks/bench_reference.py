@@ -11,7 +11,7 @@ top, the interaction with its index lists built every step), ``dlrm_wrap``,
 ``loss_fn_wrap`` (``BCELoss``), the loss read back as numpy, ``zero_grad``, ``backward``,
 one ``torch.optim.SGD`` step and its ``LRPolicyScheduler`` step; its collate's per-table
 index rows and offsets are built from each batch. All three sides share the model of
-issue 16 (``bench_peak.bench_config``), the data and the :class:`BatchLoader`.
+issue 16 (``bench_dense_step.bench_config``), the data and the :class:`BatchLoader`.
 
 The script imports ``sklearn.metrics`` and ``torch.utils.tensorboard`` for its reports
 only; where they are not installed they are stood in by empty modules (nothing the
@@ -40,7 +40,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import print_table, write_json  # noqa: E402
-from bench_peak import Step, bench_config, measure, plain_step, suite_step  # noqa: E402
+from bench_dense_step import bench_config  # noqa: E402
+from bench_peak import Step, measure, plain_step, suite_step  # noqa: E402
 
 from suite.config import RunConfig  # noqa: E402
 from suite.data.loader import BatchLoader  # noqa: E402
