@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from suite.data.loader import BatchLoader
 from suite.data.prepared import SplitArrays
 from suite.engine.distributed import constraints
-from suite.engine.parallel import Parallel
+from suite.engine.parallel import Parallel, gather_to_file, spawn_gloo
 from suite.errors import ConfigError
 from suite.runs.launch import torchrun_command, without_nproc
 from suite.runs.single import check_distributed, execute
@@ -216,3 +216,107 @@ def test_what_a_distributed_run_cannot_take_is_refused_in_one_line(
     assert main(["run", "--no-tracking", *flags, *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def _local_tables(model: torch.nn.Module) -> dict[str, list[tuple[int, int, torch.Tensor]]]:
+    """Each table's local pieces on this rank: (first row, first column, values)."""
+    out: dict[str, list[tuple[int, int, torch.Tensor]]] = {}
+    for key, value in model.dmp.state_dict().items():  # type: ignore[union-attr]
+        if key.endswith(".weight") and ".embedding_bags." in key:
+            name = key.split(".embedding_bags.")[1].removesuffix(".weight")
+            if hasattr(value, "local_shards"):
+                out[name] = [(*s.metadata.shard_offsets, s.tensor) for s in value.local_shards()]
+            else:
+                out[name] = [(0, 0, value)]
+    return out
+
+
+def _shards_against_one_process(rank: int, world: int, overrides: list[str], out: str) -> None:
+    from suite.data.source import get_prepared
+    from suite.engine.build import build_model
+
+    config = tiny_config(overrides=overrides)
+    data = get_prepared(config.dataset, progress=False)
+    sharded = build_model(config, data, Parallel(rank, world))
+    whole = build_model(config, data).embedding.tables.weights()  # type: ignore[union-attr]
+    figures = {}
+    for t, name in enumerate(sharded.embedding.names):  # type: ignore[union-attr]
+        pieces = _local_tables(sharded).get(name, [])
+        figures[name] = [
+            [
+                r0,
+                c0,
+                *piece.shape,
+                bool(torch.equal(piece, whole[t][r0 : r0 + len(piece), c0 : c0 + piece.shape[1]])),
+            ]
+            for r0, c0, piece in pieces
+        ]
+    gather_to_file(rank, figures, out)
+
+
+def test_each_rank_starts_its_shards_from_the_one_process_values(isolated: Path) -> None:
+    overrides = ["sharding.default=row_wise", "sharding.tables.C2=column_wise"]
+    overrides += ["sharding.tables.C3=table_wise", "embedding.options.dim=16"]
+    prepare = tiny_config(overrides=overrides)
+    from suite.data.source import get_prepared
+
+    rows = get_prepared(prepare.dataset, progress=False).schema.cardinalities
+    out = isolated / "shards.json"
+    spawn_gloo(_shards_against_one_process, 2, overrides, str(out))
+    ranks = json.loads(out.read_text())
+    for t, name in enumerate(ranks[0]):
+        pieces = [p for figures in ranks for p in figures[name]]
+        assert pieces and all(p[-1] for p in pieces), f"{name}: {pieces}"
+        covered = sum(p[2] * p[3] for p in pieces)
+        assert covered == rows[t] * 16, f"{name}: the ranks' pieces cover the table once"
+    c2 = [p for figures in ranks for p in figures["C2"]]
+    assert len(c2) == 2 and {p[1] for p in c2} == {0, 8}, "column-wise: two column halves"
+    assert sum(bool(figures["C3"]) for figures in ranks) == 1, "table-wise: one rank holds it"
+
+
+LARGE_TABLES = [
+    "dataset.options.vocab_scale=0.05",  # 1.7M rows: 415 MiB of fp32 tables at dim 64
+    "embedding.options.dim=64",
+    "sharding.default=row_wise",
+    "train.sparse_optimizer=sgd",
+]
+
+
+def _status_bytes(field: str) -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split(f"{field}:")[1].split()[0]) * 1024
+
+
+def _peak_while_sharding(rank: int, world: int, out: str) -> None:
+    from suite.data.source import get_prepared
+    from suite.engine.build import build_model
+    from suite.engine.distributed import _quiet_torchrec
+
+    _quiet_torchrec()
+    import torchrec.distributed.model_parallel  # noqa: F401  (its import is not the tables)
+    import torchrec.distributed.planner  # noqa: F401
+
+    config = tiny_config(overrides=LARGE_TABLES)
+    data = get_prepared(config.dataset, progress=False)
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
+    before = _status_bytes("VmHWM")
+    model = build_model(config, data, Parallel(rank, world))
+    local = sum(piece.nbytes for pieces in _local_tables(model).values() for *_, piece in pieces)
+    figures = {"peak_growth": _status_bytes("VmHWM") - before, "local_bytes": local}
+    gather_to_file(rank, figures, out)
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's VmHWM")
+def test_a_rank_never_holds_the_whole_tables(isolated: Path) -> None:
+    from suite.data.source import get_prepared
+
+    config = tiny_config(overrides=LARGE_TABLES)
+    table_bytes = 4 * 64 * sum(get_prepared(config.dataset, progress=False).schema.cardinalities)
+    out = isolated / "memory.json"
+    spawn_gloo(_peak_while_sharding, 2, str(out))
+    ranks = json.loads(out.read_text())
+    assert sum(r["local_bytes"] for r in ranks) == table_bytes, "row-wise: each row once"
+    for rank in ranks:
+        # its half of the tables, plus pieces being drawn; before, a rank built every table,
+        # copied it and then sharded it (~2.8x the tables at its peak)
+        assert rank["peak_growth"] < 0.8 * table_bytes, (rank, table_bytes)

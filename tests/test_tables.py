@@ -117,3 +117,38 @@ def test_init_bounds_are_per_table_and_default_to_the_reference() -> None:
     for w, e in zip(default, expected, strict=True):
         torch.testing.assert_close(w.detach(), e, rtol=0, atol=0)
     assert uniform_bounds([400]) == [(-0.05, 0.05)]
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 64, 10_000])
+def test_initial_values_drawn_in_pieces_are_the_same_bits(chunk_rows: int) -> None:
+    from suite.embeddings.tables import initial_value_chunks, initial_values
+
+    rows, dims = [200, 1, 7, 1000], [16, 4, 2, 8]
+    bounds = [(-0.1, 0.1), (0.0, 1.0), (-1.0, 0.5), (-0.01, 0.01)]
+    whole = initial_values(rows, dims, bounds, seed=5)
+    pieces: list[list[torch.Tensor]] = [[] for _ in rows]
+    for t, start, values in initial_value_chunks(rows, dims, bounds, 5, chunk_rows):
+        assert start == sum(len(p) for p in pieces[t]) and len(values) <= chunk_rows
+        pieces[t].append(values)
+    for w, p in zip(whole, pieces, strict=True):
+        assert torch.equal(w, torch.cat(p))
+
+
+def test_tables_built_without_values_hold_none_and_know_their_start() -> None:
+    """What a sharded run builds: shapes, bytes and the starting values, no storage."""
+    rows, dims = [300, 50, 9], [8, 2, 16]  # dim 2: a torch table on the fbgemm backend
+    real = PhysicalTables(rows, dims, seed=7, learning_rate=0.1)
+    shell = PhysicalTables(rows, dims, seed=7, learning_rate=0.1, materialize=False)
+    assert shell.kernel is None and not list(shell.parameters()) and not shell.weights()
+    assert shell.storage_tensors() == {"parameters": [], "optimizer": []}
+    assert shell.parameter_bytes() == real.parameter_bytes()
+    assert shell.table_backends() == real.table_backends() == ["fbgemm", "torch", "fbgemm"]
+    shell.INIT_CHUNK_FLOATS = 40  # pieces of 2 rows at dim 16
+    pieces: list[list[torch.Tensor]] = [[] for _ in rows]
+    for t, _, values in shell.initial_chunks():
+        assert values.numel() <= 40
+        pieces[t].append(values)
+    for w, p in zip(real.weights(), pieces, strict=True):
+        assert torch.equal(w.detach(), torch.cat(p))
+    with pytest.raises(RuntimeError, match="without values"):
+        shell(torch.zeros(2, 3, dtype=torch.long))

@@ -66,6 +66,9 @@ class EmbeddingContext:
     sparse_lr: float = 0.05
     feature_counts: Callable[[], list[np.ndarray]] | None = None
     """Lazily computed id popularity per feature on the training split."""
+    materialize_tables: bool = True
+    """False in a sharded run: physical tables get their shapes and initialisation but no
+    values; each rank then fills only its own shards."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,7 @@ class ComposedEmbedding(EmbeddingMethod):
             device=context.device,
             seed=context.seed,
             init_bounds=init_bounds,
+            materialize=context.materialize_tables,
         )
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -51,19 +52,36 @@ def uniform_bounds(rows: list[int]) -> list[tuple[float, float]]:
     return [(-math.sqrt(1.0 / n), math.sqrt(1.0 / n)) for n in rows]
 
 
+def initial_value_chunks(
+    rows: list[int],
+    dims: list[int],
+    bounds: list[tuple[float, float]],
+    seed: int,
+    chunk_rows: int | None = None,
+) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """The tables' starting values as ``(t, first_row, values [n, dims_t])`` pieces of at
+    most ``chunk_rows`` rows (default: each table whole), in table then row order: uniform
+    in ``bounds[t]``, drawn from one generator seeded with ``seed`` (the one place tables
+    are initialised, whatever the backend). The generator fills a tensor element by element
+    in order, so the pieces are the same bits whatever ``chunk_rows``: a sharded run keeps
+    only its own rows of each piece and never holds a whole table."""
+    if chunk_rows is not None and chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
+    generator = torch.Generator().manual_seed(seed)
+    for t, (n, d, (low, high)) in enumerate(zip(rows, dims, bounds, strict=True)):
+        mid, half = (low + high) / 2, (high - low) / 2
+        step = max(n, 1) if chunk_rows is None else chunk_rows
+        for start in range(0, max(n, 1), step):
+            x = (torch.rand(min(step, n - start), d, generator=generator) * 2 - 1) * half
+            yield t, start, (x + mid if mid else x)
+
+
 def initial_values(
     rows: list[int], dims: list[int], bounds: list[tuple[float, float]], seed: int
 ) -> list[torch.Tensor]:
-    """Each table's starting ``[rows_t, dims_t]`` values, uniform in ``bounds[t]``, drawn
-    in table order from one generator seeded with ``seed`` (the one place tables are
-    initialised, whatever the backend)."""
-    generator = torch.Generator().manual_seed(seed)
-    values = []
-    for n, d, (low, high) in zip(rows, dims, bounds, strict=True):
-        mid, half = (low + high) / 2, (high - low) / 2
-        x = (torch.rand(n, d, generator=generator) * 2 - 1) * half
-        values.append(x + mid if mid else x)
-    return values
+    """Each table's starting ``[rows_t, dims_t]`` values (:func:`initial_value_chunks`,
+    whole)."""
+    return [values for _, _, values in initial_value_chunks(rows, dims, bounds, seed)]
 
 
 class PhysicalTables(nn.Module):
@@ -72,7 +90,9 @@ class PhysicalTables(nn.Module):
     ``forward(ids [B, T] int64) -> [B, sum(dims)]``: row ``ids[:, t]`` of table ``t``,
     concatenated over ``t``. Table ``t`` starts uniform in ``init_bounds[t]`` (default
     ``±sqrt(1/rows[t])``, as the DLRM reference), drawn from ``seed``
-    (:func:`initial_values`).
+    (:func:`initial_value_chunks`). With ``materialize=False`` they hold no values and
+    cannot look up: a sharded run builds them so, for their shapes and initialisation, and
+    each rank fills only its own shards (:meth:`initial_chunks`).
 
     With ``backend="fbgemm"`` the tables live in one table-batched kernel whose update is
     fused into the backward pass (the kernel owns its optimizer state), except tables
@@ -95,6 +115,7 @@ class PhysicalTables(nn.Module):
         device: torch.device | str = "cpu",
         seed: int = 0,
         init_bounds: list[tuple[float, float]] | None = None,
+        materialize: bool = True,
     ) -> None:
         super().__init__()
         if len(rows) != len(dims) or not rows:
@@ -105,21 +126,19 @@ class PhysicalTables(nn.Module):
         self.rows, self.dims = list(rows), list(dims)
         self.backend, self.optimizer_name = backend, optimizer
         self.learning_rate = learning_rate
+        self.init_bounds, self.seed, self.materialized = bounds, seed, materialize
         device = torch.device(device)
-        init = initial_values(self.rows, self.dims, bounds, seed)
         in_kernel = [backend == "fbgemm" and d % FBGEMM_DIM_MULTIPLE == 0 for d in self.dims]
         self.kernel_tables = [t for t, k in enumerate(in_kernel) if k]
         self.bag_tables = [t for t, k in enumerate(in_kernel) if not k]
         self.kernel: nn.Module | None = None
-        if self.kernel_tables:
+        if self.kernel_tables and materialize:
             self.kernel = self._make_kernel(device, optimizer, learning_rate)
-            with torch.no_grad():
-                weights = self.kernel.split_embedding_weights()
-                for weight, t in zip(weights, self.kernel_tables, strict=True):
-                    weight.copy_(init[t])
         self.bags = nn.ModuleList()
         self._bag_slices: dict[int, tuple[int, int, int]] = {}  # table -> (group, start, end)
-        self.bag_groups = self._build_bags(init, device)
+        self.bag_groups = self._build_bags(device, materialize)
+        if materialize:
+            self._fill_initial_values()
         # the output is [kernel tables | group 0 | group 1 ...]; put columns in table order
         layout = [*self.kernel_tables, *(t for group in self.bag_groups for t in group)]
         self._in_order = layout == list(range(len(self.rows)))
@@ -139,10 +158,10 @@ class PhysicalTables(nn.Module):
         params = self.sparse_parameters()
         self.optimizer = make_sparse_optimizer(params, optimizer, learning_rate) if params else None
 
-    def _build_bags(self, init: list[torch.Tensor], device: torch.device) -> list[list[int]]:
-        """The tables off the kernel: one stacked ``nn.Embedding`` per dim, table ``t`` at
-        rows ``[start_t, start_t + rows_t)`` (a row-wise update does not see the stacking).
-        Returns the tables of each group."""
+    def _build_bags(self, device: torch.device, materialize: bool) -> list[list[int]]:
+        """The tables off the kernel: one stacked ``nn.Embedding`` per dim (none unless
+        ``materialize``), table ``t`` at rows ``[start_t, start_t + rows_t)`` (a row-wise
+        update does not see the stacking). Returns the tables of each group."""
         groups: dict[int, list[int]] = {}
         for t in self.bag_tables:
             groups.setdefault(self.dims[t], []).append(t)
@@ -151,15 +170,33 @@ class PhysicalTables(nn.Module):
             for t in group:
                 starts.append(starts[-1] + self.rows[t])
                 self._bag_slices[t] = (g, starts[-2], starts[-1])
-            # given its weight, nn.Embedding draws nothing from torch's global generator, so
-            # the backbone built after it starts the same whatever the embedding method
-            values = torch.cat([init[t] for t in group]).to(device)
-            self.bags.append(nn.Embedding(starts[-1], values.shape[1], sparse=True, _weight=values))
+            if materialize:
+                # given its weight, nn.Embedding draws nothing from torch's global generator,
+                # so the backbone built after it starts the same whatever the embedding method
+                values = torch.empty(starts[-1], self.dims[group[0]], device=device)
+                self.bags.append(nn.Embedding(*values.shape, sparse=True, _weight=values))
             ids = torch.tensor(group, device=device)
             self.register_buffer(f"_group_ids_{g}", ids, persistent=False)
             first_rows = torch.tensor(starts[:-1], device=device)
             self.register_buffer(f"_group_starts_{g}", first_rows, persistent=False)
         return list(groups.values())
+
+    INIT_CHUNK_FLOATS = 1 << 20
+    """Values drawn at a time when tables are filled (4 MiB): memory beyond the tables
+    stays small."""
+
+    def initial_chunks(self) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """``(t, first_row, values [n, dims_t])``: the tables' starting values a piece of
+        at most :attr:`INIT_CHUNK_FLOATS` values at a time (:func:`initial_value_chunks`),
+        whether or not these tables hold values."""
+        rows = max(1, self.INIT_CHUNK_FLOATS // max(self.dims))
+        return initial_value_chunks(self.rows, self.dims, self.init_bounds, self.seed, rows)
+
+    @torch.no_grad()
+    def _fill_initial_values(self) -> None:
+        weights = self.weights()
+        for t, start, values in self.initial_chunks():
+            weights[t][start : start + values.shape[0]].copy_(values)
 
     def table_backends(self) -> list[str]:
         """Where each table lives: ``"fbgemm"`` (the fused kernel) or ``"torch"``."""
@@ -207,6 +244,8 @@ class PhysicalTables(nn.Module):
         return self.kernel(flat, offsets)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if not self.materialized:
+            raise RuntimeError("these tables were built without values (for sharding)")
         batch = ids.shape[0]
         pieces = []
         if self.kernel is not None:
@@ -285,7 +324,10 @@ class PhysicalTables(nn.Module):
             target.copy_(tensors[name])
 
     def weights(self) -> list[torch.Tensor]:
-        """Each table's ``[rows_t, dims_t]`` weight (views of the real storage)."""
+        """Each table's ``[rows_t, dims_t]`` weight (views of the real storage; none for
+        tables built without values)."""
+        if not self.materialized:
+            return []
         out: list[torch.Tensor | None] = [None] * len(self.rows)
         if self.kernel is not None:
             for t, w in zip(self.kernel_tables, self.kernel.split_embedding_weights(), strict=True):

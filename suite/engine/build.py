@@ -50,6 +50,7 @@ def build_model(
         sparse_optimizer=config.train.sparse_optimizer,
         sparse_lr=config.train.sparse_lr,
         feature_counts=lambda: data.feature_counts("train"),
+        materialize_tables=parallel is None,
     )
     embedding_cls = config.embedding.registry.get(config.embedding.name)
     embedding = embedding_cls(config.embedding.typed_options(), context)

@@ -27,7 +27,7 @@ from torch import nn
 
 from suite.config import RunConfig, ShardingConfig
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
-from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE
+from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE, PhysicalTables
 from suite.engine.comm_codec import CodecStats
 from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
@@ -327,20 +327,23 @@ def constraints(
 
 
 @torch.no_grad()
-def _copy_initial_values(dmp: nn.Module, names: list[str], values: list[torch.Tensor]) -> None:
-    """Every local shard of every table from the unsharded table's values."""
-    by_name = dict(zip(names, values, strict=True))
+def _fill_initial_values(dmp: nn.Module, names: list[str], tables: PhysicalTables) -> None:
+    """Every local shard of every table from the one-process starting values, drawn a
+    piece at a time: a rank holds its shards and one piece, never a whole table."""
+    targets = {}
     for key, value in dmp.state_dict().items():
-        if not key.endswith(".weight") or ".embedding_bags." not in key:
+        if key.endswith(".weight") and ".embedding_bags." in key:
+            targets[key.split(".embedding_bags.")[1].removesuffix(".weight")] = value
+    for t, start, values in tables.initial_chunks():
+        target, end = targets[names[t]], start + values.shape[0]
+        if not hasattr(target, "local_shards"):  # data-parallel: a whole copy on every rank
+            target[start:end].copy_(values)
             continue
-        table = key.split(".embedding_bags.")[1].removesuffix(".weight")
-        full = by_name[table]
-        if not hasattr(value, "local_shards"):  # data-parallel: a whole copy on every rank
-            value.copy_(full)
-            continue
-        for shard in value.local_shards():
+        for shard in target.local_shards():
             (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-            shard.tensor.copy_(full[r0 : r0 + nr, c0 : c0 + nc])
+            lo, hi = max(start, r0), min(end, r0 + nr)
+            if lo < hi:
+                shard.tensor[lo - r0 : hi - r0].copy_(values[lo - start : hi - start, c0 : c0 + nc])
 
 
 def _plan_summary(
@@ -418,7 +421,6 @@ def shard_model(
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
 
     names = table_names(model.embedding, features)
-    initial = [w.detach().clone() for w in tables.weights()]
     rows, dims = list(tables.rows), list(tables.dims)
     sharded = ShardedEmbedding(model.embedding, names)
     model.embedding = sharded
@@ -445,8 +447,7 @@ def shard_model(
     dmp = DistributedModelParallel(
         model, device=device, plan=plan, sharders=[sharder], init_data_parallel=True
     )
-    _copy_initial_values(dmp, names, initial)
-    del initial
+    _fill_initial_values(dmp, names, tables)
     opt = {"rowwise_adagrad": lambda n, d: n, "adagrad": lambda n, d: n * d, "sgd": lambda n, d: 0}
     floats = [opt[config.train.sparse_optimizer](n, d) for n, d in zip(rows, dims, strict=True)]
     summary = _plan_summary(plan, names, rows, dims, parallel.world, planner, floats)
