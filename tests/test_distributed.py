@@ -274,49 +274,16 @@ def test_each_rank_starts_its_shards_from_the_one_process_values(isolated: Path)
     assert sum(bool(figures["C3"]) for figures in ranks) == 1, "table-wise: one rank holds it"
 
 
-LARGE_TABLES = [
-    "dataset.options.vocab_scale=0.05",  # 1.7M rows: 415 MiB of fp32 tables at dim 64
-    "embedding.options.dim=64",
-    "sharding.default=row_wise",
-    "train.sparse_optimizer=sgd",
-]
-
-
-def _status_bytes(field: str) -> int:
-    status = Path("/proc/self/status").read_text()
-    return int(status.split(f"{field}:")[1].split()[0]) * 1024
-
-
-def _peak_while_sharding(rank: int, world: int, out: str) -> None:
-    from suite.data.source import get_prepared
-    from suite.engine.build import build_model
-    from suite.engine.distributed import _quiet_torchrec
-
-    _quiet_torchrec()
-    import torchrec.distributed.model_parallel  # noqa: F401  (its import is not the tables)
-    import torchrec.distributed.planner  # noqa: F401
-
-    config = tiny_config(overrides=LARGE_TABLES)
-    data = get_prepared(config.dataset, progress=False)
-    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
-    before = _status_bytes("VmHWM")
-    model = build_model(config, data, Parallel(rank, world))
-    local = sum(piece.nbytes for pieces in _local_tables(model).values() for *_, piece in pieces)
-    figures = {"peak_growth": _status_bytes("VmHWM") - before, "local_bytes": local}
-    gather_to_file(rank, figures, out)
-
-
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's VmHWM")
 def test_a_rank_never_holds_the_whole_tables(isolated: Path) -> None:
+    from benchmarks.bench_shard_memory import bench_config, measure
     from suite.data.source import get_prepared
 
-    config = tiny_config(overrides=LARGE_TABLES)
-    table_bytes = 4 * 64 * sum(get_prepared(config.dataset, progress=False).schema.cardinalities)
-    out = isolated / "memory.json"
-    spawn_gloo(_peak_while_sharding, 2, str(out))
-    ranks = json.loads(out.read_text())
+    get_prepared(bench_config(0.05, 64).dataset, progress=False)  # 415 MiB of tables
+    ranks = measure(2, 0.05, 64)
+    table_bytes = ranks[0]["table_bytes"]
     assert sum(r["local_bytes"] for r in ranks) == table_bytes, "row-wise: each row once"
     for rank in ranks:
         # its half of the tables, plus pieces being drawn; before, a rank built every table,
-        # copied it and then sharded it (~2.8x the tables at its peak)
+        # copied it and then sharded it (2.6x the tables at its peak)
         assert rank["peak_growth"] < 0.8 * table_bytes, (rank, table_bytes)
