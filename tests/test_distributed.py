@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +24,7 @@ from suite.errors import ConfigError
 from suite.runs.launch import torchrun_command, without_nproc
 from suite.runs.single import check_distributed, execute
 from tests.conftest import tiny_config, tracking_uri
+from tests.test_resume import _finish, _suite
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,11 +78,10 @@ def test_column_wise_splits_columns_over_the_ranks() -> None:
     assert made["C1"].min_partition == 8
 
 
-def test_tasks_that_run_in_one_process_are_refused_in_one_line() -> None:
+def test_tasks_that_run_in_one_process_are_refused_in_one_line_and_checkpoints_are_not() -> None:
     with pytest.raises(ConfigError, match="task.name=memory runs in one process"):
         check_distributed(tiny_config(task="memory"), Parallel(0, 2))
-    with pytest.raises(ConfigError, match="train.checkpoint_every"):
-        check_distributed(tiny_config(overrides=["train.checkpoint_every=5"]), Parallel(0, 2))
+    check_distributed(tiny_config(overrides=["train.checkpoint_every=5"]), Parallel(0, 2))
 
 
 def _distributed(tmp_path: Path, config_path: Path, extra: list[str], out: Path) -> str:
@@ -205,7 +208,7 @@ def test_tables_are_named_after_their_features() -> None:
 
 
 @pytest.mark.parametrize(
-    "extra", [["--seeds", "1,2"], ["--repeats", "2"], ["--resume"], ["--nproc-per-node", "0"]]
+    "extra", [["--seeds", "1,2"], ["--repeats", "2"], ["--nproc-per-node", "0"]]
 )
 def test_what_a_distributed_run_cannot_take_is_refused_in_one_line(
     extra: list[str], capsys: pytest.CaptureFixture[str]
@@ -287,3 +290,181 @@ def test_a_rank_never_holds_the_whole_tables(isolated: Path) -> None:
         # its half of the tables, plus pieces being drawn; before, a rank built every table,
         # copied it and then sharded it (2.6x the tables at its peak)
         assert rank["peak_growth"] < 0.8 * table_bytes, (rank, table_bytes)
+
+
+RESUME = [
+    "sharding.default=row_wise",
+    "sharding.tables.C2=column_wise",
+    "train.max_steps=30",
+    "train.eval_every_steps=10",
+    "train.checkpoint_every=10",
+]
+
+
+class _Stop(Exception):
+    pass
+
+
+def _train_stop_resume(rank: int, world: int, root: str, out: str) -> None:
+    """Train 30 steps straight; again, stopped at step 20 (after the checkpoint of step 10;
+    rank 0 then one checkpoint ahead, as a kill between the ranks' writes leaves it); and
+    resumed. Gathers whether the resumed run ends with the straight run's bits."""
+    from suite.data.source import get_prepared
+    from suite.engine.build import build_model
+    from suite.engine.checkpoint import run_checkpoints
+    from suite.engine.train import train
+
+    config = tiny_config(overrides=[*RESUME, f"train.checkpoint_dir={root}"])
+    data = get_prepared(config.dataset, progress=False)
+    parallel, cpu = Parallel(rank, world), torch.device("cpu")
+
+    def run(stop_at: int | None = None, resume: bool = False):  # noqa: ANN202
+        model = build_model(config, data, parallel)
+        checkpoints = run_checkpoints(config, data.fingerprint, resume, parallel)
+
+        def stop(metrics: dict[str, float], step: int) -> None:
+            if step == stop_at:
+                raise _Stop
+
+        try:
+            outcome = train(
+                model, data, config.train, config.seed, cpu, None, stop, checkpoints, parallel
+            )
+        except _Stop:
+            checkpoints.close()  # type: ignore[union-attr]
+            return None, None
+        checkpoints.close()  # type: ignore[union-attr]
+        return model, outcome
+
+    rank_dir = Path(root) / config.config_hash() / f"rank-{rank}-of-{world}"
+    straight, straight_outcome = run()
+    for path in rank_dir.glob("ckpt-*"):  # a finished run's checkpoints are removed
+        shutil.rmtree(path)
+    run(stop_at=20)
+    written = sorted(p.name for p in rank_dir.glob("ckpt-*"))
+    if rank == 0:  # ahead of rank 1: a checkpoint the other rank never wrote
+        shutil.copytree(rank_dir / written[-1], rank_dir / "ckpt-000099")
+    parallel.barrier()
+    resumed, outcome = run(resume=True)
+    same = all(
+        torch.equal(a, b)
+        for (_, xs), (_, ys) in zip(
+            sorted(straight.local_tensors().items()),
+            sorted(resumed.local_tensors().items()),
+            strict=True,
+        )
+        for a, b in zip(xs, ys, strict=True)
+    )
+    figures = {
+        "written": written,
+        "left": sorted(p.name for p in rank_dir.glob("ckpt-*")),
+        "same_bits": same,
+        "history_same": straight_outcome.history == outcome.history,
+        "steps": outcome.steps,
+    }
+    gather_to_file(rank, figures, out)
+
+
+def test_a_stopped_distributed_run_resumes_to_the_straight_runs_bits(isolated: Path) -> None:
+    from suite.data.source import get_prepared
+
+    get_prepared(tiny_config().dataset, progress=False)
+    out = isolated / "resume.json"
+    spawn_gloo(_train_stop_resume, 2, str(isolated / "checkpoints"), str(out))
+    ranks = json.loads(out.read_text())
+    for rank in ranks:
+        assert rank["written"] == ["ckpt-000001"], "step 10's, before the stop at 20"
+        assert rank["same_bits"] and rank["history_same"] and rank["steps"] == 30, rank
+        # the ranks went on from the one they share (rank 0's extra one dropped): 20 and 30
+        assert rank["left"] == ["ckpt-000003"], rank
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (torchrun starts its ranks in sessions of their
+    own, so a process group does not reach them)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+KILLED_RUN = [
+    "run",
+    "--dataset=criteo-synth",
+    "--set=dataset.options.train_rows=8000",
+    "--set=dataset.options.val_rows=1000",
+    "--set=dataset.options.test_rows=1000",
+    "--set=dataset.options.vocab_scale=0.0002",
+    "--set=dataset.options.keep_below=200",
+    "--batch-size=32",
+    "--epochs=2",
+    "--set=train.eval_every_steps=100",
+    "--set=train.progress=false",
+    "--set=train.checkpoint_every=25",
+    "--nproc-per-node=2",
+]
+
+
+@pytest.mark.slow  # three 2-rank torchrun jobs
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the ranks in /proc")
+def test_sigkilled_distributed_run_resumes_bit_identical_in_one_mlflow_run(tmp_path: Path) -> None:
+    def steps(root: Path) -> set[int]:
+        found = set()
+        for manifest in root.glob("checkpoints/*/rank-*/ckpt-*/manifest.json"):
+            try:
+                found.add(json.loads(manifest.read_text())["loop"]["step"])
+            except (OSError, ValueError, KeyError):
+                continue
+        return found
+
+    ref, run = tmp_path / "ref", tmp_path / "killed"
+    ref.mkdir(), run.mkdir()
+    _finish(_suite([*KILLED_RUN, f"--out={ref / 'result.json'}"], ref, tracking_uri(ref)))
+    assert not list(ref.glob("checkpoints/*")), "a finished run keeps no checkpoints"
+
+    uri = tracking_uri(run)
+    proc = _suite(KILLED_RUN, run, uri)
+    deadline = time.monotonic() + 300
+    while not any(s >= 100 for s in steps(run)):  # 250 steps an epoch: mid-epoch
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    for pid in _process_tree(proc.pid):  # the launcher, torchrun and both ranks at once
+        os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    client = MlflowClient(uri)
+    (killed,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert killed.info.status == "RUNNING"  # SIGKILL cannot be caught
+
+    out = run / "result.json"
+    _finish(_suite(["resume", killed.info.run_id, f"--out={out}"], run, uri))
+    expected, got = json.loads((ref / "result.json").read_text()), json.loads(out.read_text())
+    for name, value in expected["metrics"].items():
+        if name != "train_samples_per_s":  # wall-clock
+            assert got["metrics"][name] == value, name  # bit for bit
+    assert got["details"]["validation_history"] == expected["details"]["validation_history"]
+    (finished,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert finished.info.run_id == killed.info.run_id == got["mlflow_run_id"]
+    assert finished.info.status == "FINISHED"
+    assert not list(run.glob("checkpoints/*")), "and it keeps no checkpoints"
+
+
+def test_resuming_on_another_number_of_ranks_is_refused_in_one_line(tmp_path: Path) -> None:
+    from suite.engine.checkpoint import CheckpointError, run_checkpoints
+
+    config = tiny_config(overrides=[f"train.checkpoint_dir={tmp_path}"])
+    for rank in range(2):
+        (tmp_path / config.config_hash() / f"rank-{rank}-of-2" / "ckpt-000001").mkdir(parents=True)
+    with pytest.raises(CheckpointError) as refused:
+        run_checkpoints(config, "fingerprint", resume=True)  # one process
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.endswith("a run on 2 ranks; resume it on 2 (--nproc-per-node 2), not 1")

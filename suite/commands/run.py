@@ -56,10 +56,8 @@ def handle(args: argparse.Namespace) -> int:
 
     distributed = args.nproc_per_node is not None or launched_by_torchrun()
     if distributed and not args.print_config:
-        if args.seeds is not None or args.repeats is not None or args.resume:
-            raise ConfigError(
-                "a distributed run trains one seed from its start: drop --seeds / --repeats / --resume"
-            )
+        if args.seeds is not None or args.repeats is not None:
+            raise ConfigError("a distributed run trains one seed: drop --seeds / --repeats")
         if not launched_by_torchrun():
             if args.nproc_per_node < 1:
                 raise ConfigError(

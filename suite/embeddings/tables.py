@@ -84,6 +84,21 @@ def initial_values(
     return [values for _, _, values in initial_value_chunks(rows, dims, bounds, seed)]
 
 
+@torch.no_grad()
+def copy_named(own: dict[str, torch.Tensor], given: dict[str, torch.Tensor], what: str) -> None:
+    """Copy ``given`` into ``own`` (views of the real storage) name by name; a ValueError
+    that names ``what`` where the names or a shape differ, before anything is copied."""
+    if set(own) != set(given):
+        missing, extra = sorted(set(own) - set(given)), sorted(set(given) - set(own))
+        raise ValueError(f"{what}: missing {missing[:5]}, unexpected {extra[:5]}")
+    for name, target in own.items():
+        if target.shape != given[name].shape:
+            shape, expected = list(given[name].shape), list(target.shape)
+            raise ValueError(f"{what}: {name} is {shape}, expected {expected}")
+    for name, target in own.items():
+        target.copy_(given[name])
+
+
 class PhysicalTables(nn.Module):
     """``T`` tables of ``rows[t] x dims[t]``, looked up together.
 
@@ -313,15 +328,9 @@ class PhysicalTables(nn.Module):
                 )
         return state
 
-    @torch.no_grad()
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
         """Copy :meth:`checkpoint_state`'s tensors back into the real storage."""
-        own = self.checkpoint_state()
-        if set(own) != set(tensors):
-            missing, extra = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
-            raise ValueError(f"embedding tables: missing {missing}, unexpected {extra}")
-        for name, target in own.items():
-            target.copy_(tensors[name])
+        copy_named(self.checkpoint_state(), tensors, "embedding tables")
 
     def weights(self) -> list[torch.Tensor]:
         """Each table's ``[rows_t, dims_t]`` weight (views of the real storage; none for

@@ -46,6 +46,7 @@ Check-N-Run, as here:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -66,6 +67,7 @@ import torch
 
 from suite.config import RunConfig
 from suite.embeddings.base import EmbeddingMethod, supports_checkpoints
+from suite.engine.parallel import Parallel
 from suite.errors import SuiteError
 from suite.models.base import RecModel
 
@@ -73,6 +75,7 @@ FORMAT = "recsuite-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 CHECKPOINT_RE = re.compile(r"^ckpt-(\d{6})$")
+RANK_DIR_RE = re.compile(r"^rank-\d+-of-(\d+)$")
 BITS = (32, 8, 4, 2)
 DEFAULT_EVERY = "1m"
 """The interval we recommend (``--set train.checkpoint_every=1m``); the benchmark measures
@@ -339,9 +342,32 @@ def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> No
 
 
 def _dense_state(model: RecModel) -> dict[str, torch.Tensor]:
+    if hasattr(model, "dense_checkpoint_state"):  # sharded: the replicated part
+        return {f"model.{k}": v for k, v in model.dense_checkpoint_state().items()}
     return {
         f"model.{k}": v for k, v in model.state_dict().items() if not k.startswith("embedding.")
     }
+
+
+def _best_tensors(best: dict[str, Any]) -> tuple[dict[str, torch.Tensor], bool]:
+    """``checkpoint: best``'s saved state as named tensors, and whether it was a sharded
+    rank's (each entry a list of its local pieces, named ``shard<i>.model.<entry>``)."""
+    sharded = any(isinstance(v, list) for v in best.values())
+    if not sharded:
+        return {f"model.{k}": v.detach().cpu() for k, v in best.items()}, False
+    return {
+        f"shard{i}.model.{k}": t.detach().cpu() for k, v in best.items() for i, t in enumerate(v)
+    }, True
+
+
+def _best_from_tensors(tensors: dict[str, torch.Tensor], sharded: bool) -> dict[str, Any]:
+    if not sharded:
+        return {k.removeprefix("model."): v for k, v in tensors.items()}
+    pieces: dict[str, dict[int, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        index, _, key = name.partition(".model.")
+        pieces.setdefault(key, {})[int(index.removeprefix("shard"))] = value
+    return {k: [v[i] for i in sorted(v)] for k, v in pieces.items()}
 
 
 def _optimizer_state(
@@ -398,12 +424,13 @@ def _dcp():
 
 
 def write_tensors(tensors: dict[str, torch.Tensor], directory: Path) -> None:
-    """Write named CPU tensors with torch.distributed.checkpoint (fsync'ed files)."""
+    """Write named CPU tensors with torch.distributed.checkpoint (fsync'ed files), all in
+    ``directory``: not collective, even in a rank of a distributed run."""
     dcp = _dcp()
     writer = dcp.FileSystemWriter(str(directory), sync_files=True, thread_count=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dcp.save(tensors, storage_writer=writer)
+        dcp.save(tensors, storage_writer=writer, no_dist=True)  # a rank writes its own part
 
 
 def read_tensors(directory: Path) -> dict[str, torch.Tensor]:
@@ -420,18 +447,21 @@ def read_tensors(directory: Path) -> dict[str, torch.Tensor]:
         tensors[name] = torch.empty(item.size, dtype=item.properties.dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dcp.load(tensors, storage_reader=reader)
+        dcp.load(tensors, storage_reader=reader, no_dist=True)
     return tensors
 
 
 # ---------------------------------------------------------------- the checkpointer
 
 
-def run_checkpoints(config: RunConfig, data_fingerprint: str, resume: bool) -> Checkpointer | None:
+def run_checkpoints(
+    config: RunConfig, data_fingerprint: str, resume: bool, parallel: Parallel | None = None
+) -> Checkpointer | None:
     """The checkpoints of a run of ``config`` (under ``train.checkpoint_dir/<config
-    hash>``), or ``None`` when it writes none and does not resume. Refuses (one line) a
-    resume without a matching checkpoint, and a fresh run over an earlier run's
-    checkpoints."""
+    hash>``; a rank of a distributed run its own ``rank-<r>-of-<world>`` in it), or
+    ``None`` when it writes none and does not resume. Refuses (one line) a resume without a
+    matching checkpoint, and a fresh run over an earlier run's checkpoints. The ranks of a
+    resumed run agree on the newest checkpoint they all hold (collective)."""
     if config.train.checkpoint_every is None and not resume:
         return None
     if not supports_checkpoints(config.embedding.registry.get(config.embedding.name)):
@@ -440,11 +470,22 @@ def run_checkpoints(config: RunConfig, data_fingerprint: str, resume: bool) -> C
             "does not implement checkpoint_state()): drop train.checkpoint_every / --resume"
         )
     root = Path(config.train.checkpoint_dir) / config.config_hash()
+    if resume:
+        _check_world(root, parallel)
+    if parallel is not None:
+        root = root / f"rank-{parallel.rank}-of-{parallel.world}"
     identity = {"config_hash": config.config_hash(), "data_fingerprint": data_fingerprint}
     checkpoints = Checkpointer(
-        root, identity, Interval.parse(config.train.checkpoint_every), resume=resume
+        root,
+        identity,
+        Interval.parse(config.train.checkpoint_every),
+        resume=resume,
+        parallel=parallel,
     )
     try:
+        if resume and parallel is not None:
+            checkpoints.resume = parallel.min(checkpoints._latest_seq())
+            checkpoints.drop_newer_than(checkpoints.resume)
         if resume:
             checkpoints.identity.update(checkpoints.restored_identity())
         elif checkpoints.has_checkpoints():
@@ -458,10 +499,27 @@ def run_checkpoints(config: RunConfig, data_fingerprint: str, resume: bool) -> C
     return checkpoints
 
 
+def _check_world(root: Path, parallel: Parallel | None) -> None:
+    """Refuse to resume checkpoints written by a run on another number of ranks."""
+    if not root.is_dir():
+        return
+    worlds = {int(m[1]) for p in root.iterdir() if (m := RANK_DIR_RE.match(p.name))}
+    world = parallel.world if parallel is not None else 1
+    if worlds and world not in worlds:
+        ranks = max(worlds)
+        raise CheckpointError(
+            f"{root} holds the checkpoints of a run on {ranks} ranks; resume it on {ranks} "
+            f"(--nproc-per-node {ranks}), not {world}"
+        )
+
+
 def remove_checkpoints(checkpoints: Checkpointer) -> None:
     """A finished run's checkpoints have served; remove them (and release the lock)."""
     checkpoints.close()
     shutil.rmtree(checkpoints.root, ignore_errors=True)
+    if checkpoints.parallel is not None:  # the last rank out removes the config's folder
+        with contextlib.suppress(OSError):
+            checkpoints.root.parent.rmdir()
 
 
 @dataclass
@@ -499,11 +557,16 @@ class Checkpointer:
         every: Interval | None = None,
         policy: CheckpointPolicy | None = None,
         resume: bool | int = False,
+        parallel: Parallel | None = None,
     ) -> None:
         """``identity``: ``config_hash`` and ``data_fingerprint`` (checked on restore) and
         anything else to keep (``mlflow_run_id``). ``resume``: ``True`` for the latest
-        checkpoint, an int for that checkpoint's sequence number."""
+        checkpoint, an int for that checkpoint's sequence number. ``parallel``: this rank
+        of a distributed run, whose ranks each write their own part at the same steps."""
+        if parallel is not None and (policy or CheckpointPolicy()) != CheckpointPolicy():
+            raise CheckpointError("a distributed run writes full, unquantized checkpoints")
         self.root = Path(root)
+        self.parallel = parallel
         self.identity = dict(identity)
         self.every = every
         self.policy = policy or CheckpointPolicy()
@@ -573,7 +636,10 @@ class Checkpointer:
     def due(self, step: int) -> bool:
         if self.every is None:
             return False
-        return self.every.due(step, self._last_step, time.monotonic(), self._last_time)
+        due = self.every.due(step, self._last_step, time.monotonic(), self._last_time)
+        if self.parallel is not None and self.every.seconds is not None:
+            due = self.parallel.sum([float(due)])[0] > 0  # clocks differ: all ranks or none
+        return due
 
     def save(
         self,
@@ -629,6 +695,8 @@ class Checkpointer:
         if self.tracker is not None:
             self.tracker.reset()
         self._last_step, self._last_time = loop.step, time.monotonic()
+        if self.parallel is not None:  # every rank holds this one before any drops the last
+            self.parallel.barrier()
         if not self.policy.keep_all:
             self._prune(seq, kind)
         info = CheckpointInfo(
@@ -652,7 +720,7 @@ class Checkpointer:
         if self.resume is False:
             return None
         started = time.perf_counter()
-        seq = self._latest_seq() if self.resume is True else int(self.resume)
+        seq = self._resume_seq()
         if seq <= 0:
             raise CheckpointError(f"no checkpoint to resume from in {self.root}")
         chain = self._chain(seq)
@@ -669,7 +737,14 @@ class Checkpointer:
         dense = {
             k.removeprefix("model."): v for k, v in chain[-1][1].items() if k.startswith("model.")
         }
-        missing, unexpected = model.load_state_dict(dense, strict=False)
+        if hasattr(model, "load_dense_checkpoint_state"):  # sharded: the replicated part
+            try:
+                model.load_dense_checkpoint_state(dense)
+            except ValueError as exc:
+                raise CheckpointError(f"{self.root / f'ckpt-{seq:06d}'}: {exc}") from None
+            missing, unexpected = [], []
+        else:
+            missing, unexpected = model.load_state_dict(dense, strict=False)
         if unexpected or any(not k.startswith("embedding.") for k in missing):
             raise CheckpointError(
                 f"{self.root / f'ckpt-{seq:06d}'}: does not fit this model (missing "
@@ -680,8 +755,9 @@ class Checkpointer:
         _set_rng_state(tensors, last["rng"])
         loop = LoopState(**last["loop"])
         if last["best"]:
-            best = read_tensors(self._verified(self.root / last["best"]))
-            loop.best = {k.removeprefix("model."): v for k, v in best.items()}
+            path = self._verified(self.root / last["best"])
+            sharded = bool(self._manifest(path).get("sharded"))
+            loop.best = _best_from_tensors(read_tensors(path), sharded)
             self._best_written = loop.best_step
         self._last_step = loop.step
         self._last_time = time.monotonic()
@@ -690,13 +766,24 @@ class Checkpointer:
         self.restored_step = loop.step
         return loop
 
+    def drop_newer_than(self, seq: int) -> None:
+        """Remove this rank's checkpoints after ``seq``: a distributed run killed while its
+        ranks wrote left some ranks one ahead, and all go on from the one they share."""
+        for path in self.root.iterdir():
+            match = CHECKPOINT_RE.match(path.name)
+            if match and int(match[1]) > seq > 0:
+                shutil.rmtree(path)
+
+    def _resume_seq(self) -> int:
+        return self._latest_seq() if self.resume is True else int(self.resume)
+
     def has_checkpoints(self) -> bool:
         return self._latest_seq() > 0
 
     def restored_identity(self) -> dict[str, str]:
         """The identity in the latest checkpoint's manifest (e.g. its MLflow run id), after
         checking that it is this run's (config hash and data fingerprint)."""
-        seq = self._latest_seq()
+        seq = self._resume_seq()
         if seq <= 0:
             raise CheckpointError(f"no checkpoint to resume from in {self.root}")
         path = self.root / f"ckpt-{seq:06d}" / MANIFEST
@@ -746,7 +833,7 @@ class Checkpointer:
             return None
         name = f"best-{loop.best_step:09d}"
         if self._best_written != loop.best_step or not (self.root / name).is_dir():
-            tensors = {f"model.{k}": v.detach().cpu() for k, v in loop.best.items()}
+            tensors, sharded = _best_tensors(loop.best)
             self._publish(
                 name,
                 tensors,
@@ -756,6 +843,7 @@ class Checkpointer:
                     "kind": "best",
                     "step": loop.best_step,
                     "identity": self.identity,
+                    "sharded": sharded,
                 },
             )
             self._best_written = loop.best_step

@@ -27,7 +27,7 @@ from torch import nn
 
 from suite.config import RunConfig, ShardingConfig
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
-from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE, PhysicalTables
+from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE, PhysicalTables, copy_named
 from suite.engine.comm_codec import CodecStats
 from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
@@ -126,11 +126,37 @@ class ShardedEmbedding(EmbeddingMethod):
     def fused_modules(self) -> list[nn.Module]:
         return [self.ebc]
 
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """This rank's part of the tables, as named views: ``ebc.<key>.<i>`` for the
+        ``i``-th local shard of each table and ``optim.<table>.<state>.<i>`` of its fused
+        optimizer's state (the transform's and combine's state is the dense part's)."""
+        state: dict[str, torch.Tensor] = {}
+        for key, value in self.ebc.state_dict().items():
+            state.update(_local_pieces(f"ebc.{key}", value))
+        for per_table in self.ebc.fused_optimizer.state_dict()["state"].values():
+            for key, value in per_table.items():
+                state.update(_local_pieces(f"optim.{key}", value))
+        return state
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy :meth:`checkpoint_state`'s tensors back into this rank's shards (the same
+        ranks and sharding plan as the run that wrote them)."""
+        copy_named(self.checkpoint_state(), tensors, "sharded tables")
+
     def flops_per_example(self) -> int:
         return self.flops
 
     def layout(self) -> dict[str, Any]:
         return {**self.source_layout, "table_names": list(self.names)}
+
+
+def _local_pieces(name: str, value: Any) -> dict[str, torch.Tensor]:
+    """``name.<i>``: this rank's ``i``-th piece of a sharded or replicated state entry."""
+    if hasattr(value, "local_shards"):
+        return {f"{name}.{i}": shard.tensor for i, shard in enumerate(value.local_shards())}
+    if hasattr(value, "to_local"):
+        return {f"{name}.0": value.to_local()}
+    return {f"{name}.0": value}
 
 
 class ShardedRecModel(nn.Module):
@@ -191,6 +217,18 @@ class ShardedRecModel(nn.Module):
 
     def flops_per_example(self) -> int:
         return self._inner[0].flops_per_example()
+
+    def dense_checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """The replicated state (backbone, the method's transform and combine, codec) by
+        name, as views; the tables are the embedding's :meth:`ShardedEmbedding.checkpoint_state`."""
+        return {
+            k: v
+            for k, v in self._inner[0].state_dict().items()
+            if not k.startswith("embedding.ebc.")
+        }
+
+    def load_dense_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        copy_named(self.dense_checkpoint_state(), tensors, "dense state")
 
     def local_tensors(self) -> dict[str, list[torch.Tensor]]:
         """This rank's tensors of every state entry (a sharded table's local shards)."""

@@ -47,6 +47,15 @@ class Parallel:
         dist.all_reduce(tensor)
         return tensor.tolist()
 
+    def min(self, value: int) -> int:
+        """The smallest of the ranks' ``value``."""
+        import torch
+        import torch.distributed as dist
+
+        tensor = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        return int(tensor.item())
+
     def gather_parts(self, local: np.ndarray, n: int, batch: int) -> np.ndarray:
         """The ``[n]`` values of a split read in global batches of ``batch`` rows, from
         each rank's ``local`` values of its parts (in batch order), on every rank."""

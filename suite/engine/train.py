@@ -176,9 +176,9 @@ def train(
     log_every = max(1, min(50, total // 20))
 
     writers = [checkpoints] if isinstance(checkpoints, Checkpointer) else list(checkpoints or [])
-    if parallel and writers:
+    if parallel and any(w.parallel is None for w in writers):
         raise ConfigError(
-            "train.checkpoint_every: distributed runs do not write checkpoints yet (drop it)"
+            "a distributed run's checkpointers need its ranks: run_checkpoints(..., parallel)"
         )
     for writer in writers:
         writer.start(model)

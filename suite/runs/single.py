@@ -120,10 +120,6 @@ def check_distributed(config: RunConfig, parallel: Parallel) -> None:
             f"task.name={config.task.name} runs in one process; distributed runs "
             f"({parallel.world} ranks) take the tasks: {', '.join(runs)}"
         )
-    if config.train.checkpoint_every is not None:
-        raise ConfigError(
-            "train.checkpoint_every: distributed runs do not write checkpoints yet (drop it)"
-        )
     check_shardable(config)
 
 
@@ -201,7 +197,7 @@ def _execute(
     env = environment(config.device)
     if parallel is not None:
         env["world_size"] = parallel.world
-    checkpoints = run_checkpoints(config, data.fingerprint, resume)
+    checkpoints = run_checkpoints(config, data.fingerprint, resume, parallel)
 
     with interruptible():
         tracker: Tracker | None = None
