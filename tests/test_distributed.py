@@ -468,3 +468,21 @@ def test_resuming_on_another_number_of_ranks_is_refused_in_one_line(tmp_path: Pa
     message = str(refused.value)
     assert "\n" not in message
     assert message.endswith("a run on 2 ranks; resume it on 2 (--nproc-per-node 2), not 1")
+
+
+def _due_by_the_clock(rank: int, world: int, root: str, out: str) -> None:
+    from suite.engine.checkpoint import Checkpointer, Interval
+
+    checkpoints = Checkpointer(
+        Path(root) / f"rank-{rank}", {}, Interval(seconds=60.0), parallel=Parallel(rank, world)
+    )
+    if rank == 0:  # this rank's clock says a minute has passed, the other's does not
+        checkpoints._last_time -= 120
+    gather_to_file(rank, [checkpoints.due(1), checkpoints.due(2)], out)
+    checkpoints.close()
+
+
+def test_ranks_agree_on_a_time_interval_whatever_their_clocks(tmp_path: Path) -> None:
+    out = tmp_path / "due.json"
+    spawn_gloo(_due_by_the_clock, 2, str(tmp_path), str(out))
+    assert json.loads(out.read_text()) == [[True, True], [True, True]]
