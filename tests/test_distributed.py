@@ -107,16 +107,16 @@ def _distributed(tmp_path: Path, config_path: Path, extra: list[str], out: Path)
 
 def _one_process(
     tmp_path: Path, overrides: list[str], tracking: bool = False
-) -> tuple[Path, float]:
+) -> tuple[Path, dict[str, float]]:
     config = tiny_config(tracking=tracking, overrides=overrides)
     path = tmp_path / "config.yaml"
     path.write_text(config.to_yaml())
     single = execute(config)
-    return path, single.metrics["test_auc"]
+    return path, single.metrics
 
 
 def test_two_ranks_reach_the_one_process_auc_and_record_one_run(isolated: Path) -> None:
-    config_path, single_auc = _one_process(isolated, [], tracking=True)
+    config_path, single = _one_process(isolated, [], tracking=True)
     uri = tracking_uri(isolated / "dist")
     out = isolated / "dist.json"
     results = isolated / "dist-results"
@@ -127,7 +127,9 @@ def test_two_ranks_reach_the_one_process_auc_and_record_one_run(isolated: Path) 
         out,
     )
     result = json.loads(out.read_text())
-    assert abs(result["metrics"]["test_auc"] - single_auc) <= 1e-3
+    assert abs(result["metrics"]["test_auc"] - single["test_auc"]) <= 1e-3
+    for same in ("flops_per_example", "embedding_bytes", "embedding_optimizer_bytes"):
+        assert result["metrics"][same] == single[same], same  # the whole model's, not a rank's
     assert result["details"]["world_size"] == 2
     assert stdout.count("test_auc") == 1, "rank 0 alone prints the result"
     assert "sharding plan over 2 ranks" in stdout
@@ -151,7 +153,7 @@ def test_row_wise_and_column_wise_plans_run(isolated: Path) -> None:
         "sharding.tables.C2=column_wise",
         "train.sparse_optimizer=adagrad",
     ]
-    config_path, single_auc = _one_process(isolated, overrides)
+    config_path, single = _one_process(isolated, overrides)
     out = isolated / "dist.json"
     _distributed(isolated, config_path, ["--no-tracking"], out)
     result = json.loads(out.read_text())
@@ -160,11 +162,11 @@ def test_row_wise_and_column_wise_plans_run(isolated: Path) -> None:
     row_wise = [t for name, t in plan.items() if name != "C2"]
     assert {t["type"] for t in row_wise} == {"row_wise"}
     assert all(t["ranks"] == [0, 1] for t in row_wise)
-    assert abs(result["metrics"]["test_auc"] - single_auc) <= 1e-3
+    assert abs(result["metrics"]["test_auc"] - single["test_auc"]) <= 1e-3
 
 
 def test_half_precision_codec_goes_through_torchrec_quantized_all_to_all(isolated: Path) -> None:
-    config_path, single_auc = _one_process(isolated, ["comm.codec=bf16"])
+    config_path, _ = _one_process(isolated, ["comm.codec=bf16"])
     out = isolated / "dist.json"
     stdout = _distributed(isolated, config_path, ["--no-tracking"], out)
     result = json.loads(out.read_text())
