@@ -4,9 +4,9 @@
 
 Builds the suite's DLRM on criteo-synth (``vocab_scale`` 0.05: 1.7M table rows) with
 ``dim``-wide tables in one process (world 1) and sharded row-wise over ``world`` gloo
-ranks on this machine. Each process imports TorchRec first, resets its peak resident set
-(``VmHWM``) and records how far it grows while ``build_model`` runs, and the table bytes
-it ends up holding. A sharded rank should peak near its own shards, never near the whole
+ranks on this machine. Each process imports TorchRec first, then records how far its
+peak resident set grows while ``build_model`` runs (the ``memory`` task's
+``peak_memory``) and the table bytes it ends up holding. A sharded rank should peak near its own shards, never near the whole
 tables; one process near the tables once (not a second copy while they are filled).
 """
 
@@ -44,31 +44,24 @@ def bench_config(vocab_scale: float, dim: int):
     )
 
 
-def _status_bytes(field: str) -> int:
-    status = Path("/proc/self/status").read_text()
-    return int(status.split(f"{field}:")[1].split()[0]) * 1024
-
-
 def local_table_bytes(model) -> int:
     """Bytes of the embedding tables this process holds (its shards when sharded)."""
-    if not hasattr(model, "dmp"):
+    if not hasattr(model, "table_shards"):
         return sum(w.nbytes for w in model.embedding.tables.weights())
-    total = 0
-    for key, value in model.dmp.state_dict().items():
-        if key.endswith(".weight") and ".embedding_bags." in key:
-            shards = value.local_shards() if hasattr(value, "local_shards") else []
-            total += sum(s.tensor.nbytes for s in shards) if shards else value.nbytes
-    return total
+    return sum(t.nbytes for pieces in model.table_shards().values() for *_, t in pieces)
 
 
 def peak_while_building(rank: int, world: int, vocab_scale: float, dim: int, out: str) -> None:
     """In a process of a ``world``-rank gloo group (one process, unsharded, when
     ``world`` is 1): the growth of peak RSS while the model is built, and its table bytes,
     gathered by rank 0 into ``out`` (JSON, one entry per rank)."""
+    import torch
+
     from suite.data.source import get_prepared
     from suite.engine.build import build_model
     from suite.engine.distributed import _quiet_torchrec
     from suite.engine.parallel import Parallel, gather_to_file
+    from suite.tasks.memory import peak_memory
 
     _quiet_torchrec()
     import torchrec.distributed.model_parallel  # noqa: F401  (its import is not the tables)
@@ -76,12 +69,16 @@ def peak_while_building(rank: int, world: int, vocab_scale: float, dim: int, out
 
     config = bench_config(vocab_scale, dim)
     data = get_prepared(config.dataset, progress=False)
-    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
-    before = _status_bytes("VmHWM")
-    model = build_model(config, data, Parallel(rank, world) if world > 1 else None)
+    built = []
+    peak = peak_memory(
+        lambda: built.append(
+            build_model(config, data, Parallel(rank, world) if world > 1 else None)
+        ),
+        torch.device("cpu"),
+    )
     figures = {
-        "peak_growth": _status_bytes("VmHWM") - before,
-        "local_bytes": local_table_bytes(model),
+        "peak_growth": peak["extra"],
+        "local_bytes": local_table_bytes(built[0]),
         "table_bytes": 4 * dim * sum(data.schema.cardinalities),
     }
     gather_to_file(rank, figures, out)
@@ -102,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-scale", type=float, default=0.05)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--worlds", default="1,2", help="process counts, 1 = unsharded")
-    parser.add_argument("--out", default="shard_memory")
+    parser.add_argument("--out", default="shard_memory", help="JSON name under results/bench/")
     args = parser.parse_args(argv)
     if not Path("/proc/self/clear_refs").exists():
         print("needs Linux's /proc/self/clear_refs to reset the peak RSS; skipped")

@@ -223,19 +223,6 @@ def test_what_a_distributed_run_cannot_take_is_refused_in_one_line(
     assert len(err) == 1 and err[0].startswith("error: ")
 
 
-def _local_tables(model: torch.nn.Module) -> dict[str, list[tuple[int, int, torch.Tensor]]]:
-    """Each table's local pieces on this rank: (first row, first column, values)."""
-    out: dict[str, list[tuple[int, int, torch.Tensor]]] = {}
-    for key, value in model.dmp.state_dict().items():  # type: ignore[union-attr]
-        if key.endswith(".weight") and ".embedding_bags." in key:
-            name = key.split(".embedding_bags.")[1].removesuffix(".weight")
-            if hasattr(value, "local_shards"):
-                out[name] = [(*s.metadata.shard_offsets, s.tensor) for s in value.local_shards()]
-            else:
-                out[name] = [(0, 0, value)]
-    return out
-
-
 def _shards_against_one_process(rank: int, world: int, overrides: list[str], out: str) -> None:
     from suite.data.source import get_prepared
     from suite.engine.build import build_model
@@ -246,7 +233,7 @@ def _shards_against_one_process(rank: int, world: int, overrides: list[str], out
     whole = build_model(config, data).embedding.tables.weights()  # type: ignore[union-attr]
     figures = {}
     for t, name in enumerate(sharded.embedding.names):  # type: ignore[union-attr]
-        pieces = _local_tables(sharded).get(name, [])
+        pieces = sharded.table_shards().get(name, [])  # type: ignore[operator]
         figures[name] = [
             [
                 r0,
@@ -348,15 +335,8 @@ def _train_stop_resume(rank: int, world: int, root: str, out: str) -> None:
         shutil.copytree(rank_dir / written[-1], rank_dir / "ckpt-000099")
     parallel.barrier()
     resumed, outcome = run(resume=True)
-    same = all(
-        torch.equal(a, b)
-        for (_, xs), (_, ys) in zip(
-            sorted(straight.local_tensors().items()),
-            sorted(resumed.local_tensors().items()),
-            strict=True,
-        )
-        for a, b in zip(xs, ys, strict=True)
-    )
+    mine, theirs = straight.local_state(), resumed.local_state()
+    same = mine.keys() == theirs.keys() and all(torch.equal(v, theirs[k]) for k, v in mine.items())
     figures = {
         "written": written,
         "left": sorted(p.name for p in rank_dir.glob("ckpt-*")),

@@ -349,27 +349,6 @@ def _dense_state(model: RecModel) -> dict[str, torch.Tensor]:
     }
 
 
-def _best_tensors(best: dict[str, Any]) -> tuple[dict[str, torch.Tensor], bool]:
-    """``checkpoint: best``'s saved state as named tensors, and whether it was a sharded
-    rank's (each entry a list of its local pieces, named ``shard<i>.model.<entry>``)."""
-    sharded = any(isinstance(v, list) for v in best.values())
-    if not sharded:
-        return {f"model.{k}": v.detach().cpu() for k, v in best.items()}, False
-    return {
-        f"shard{i}.model.{k}": t.detach().cpu() for k, v in best.items() for i, t in enumerate(v)
-    }, True
-
-
-def _best_from_tensors(tensors: dict[str, torch.Tensor], sharded: bool) -> dict[str, Any]:
-    if not sharded:
-        return {k.removeprefix("model."): v for k, v in tensors.items()}
-    pieces: dict[str, dict[int, torch.Tensor]] = {}
-    for name, value in tensors.items():
-        index, _, key = name.partition(".model.")
-        pieces.setdefault(key, {})[int(index.removeprefix("shard"))] = value
-    return {k: [v[i] for i in sorted(v)] for k, v in pieces.items()}
-
-
 def _optimizer_state(
     optimizer: torch.optim.Optimizer | None,
 ) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
@@ -755,9 +734,8 @@ class Checkpointer:
         _set_rng_state(tensors, last["rng"])
         loop = LoopState(**last["loop"])
         if last["best"]:
-            path = self._verified(self.root / last["best"])
-            sharded = bool(self._manifest(path).get("sharded"))
-            loop.best = _best_from_tensors(read_tensors(path), sharded)
+            best = read_tensors(self._verified(self.root / last["best"]))
+            loop.best = {k.removeprefix("model."): v for k, v in best.items()}
             self._best_written = loop.best_step
         self._last_step = loop.step
         self._last_time = time.monotonic()
@@ -833,7 +811,7 @@ class Checkpointer:
             return None
         name = f"best-{loop.best_step:09d}"
         if self._best_written != loop.best_step or not (self.root / name).is_dir():
-            tensors, sharded = _best_tensors(loop.best)
+            tensors = {f"model.{k}": v.detach().cpu() for k, v in loop.best.items()}
             self._publish(
                 name,
                 tensors,
@@ -843,7 +821,6 @@ class Checkpointer:
                     "kind": "best",
                     "step": loop.best_step,
                     "identity": self.identity,
-                    "sharded": sharded,
                 },
             )
             self._best_written = loop.best_step

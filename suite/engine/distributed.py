@@ -230,30 +230,30 @@ class ShardedRecModel(nn.Module):
     def load_dense_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
         copy_named(self.dense_checkpoint_state(), tensors, "dense state")
 
-    def local_tensors(self) -> dict[str, list[torch.Tensor]]:
-        """This rank's tensors of every state entry (a sharded table's local shards)."""
-        out: dict[str, list[torch.Tensor]] = {}
+    def local_state(self) -> dict[str, torch.Tensor]:
+        """This rank's tensors of every state entry, as views: ``<entry>.<i>`` for its
+        ``i``-th local piece (a sharded table's local shards; one for the rest)."""
+        out: dict[str, torch.Tensor] = {}
         for name, value in self.dmp.state_dict().items():
-            if hasattr(value, "local_shards"):
-                out[name] = [shard.tensor for shard in value.local_shards()]
-            elif hasattr(value, "to_local"):
-                out[name] = [value.to_local()]
-            else:
-                out[name] = [value]
+            out.update(_local_pieces(name, value))
         return out
 
+    def table_shards(self) -> dict[str, list[tuple[int, int, torch.Tensor]]]:
+        """Each table's pieces on this rank: ``(first_row, first_column, tensor)``."""
+        return {
+            name: _placed_pieces(value)
+            for name, value in _table_weights(self.dmp.state_dict()).items()
+        }
 
-def snapshot(model: ShardedRecModel) -> dict[str, list[torch.Tensor]]:
+
+def snapshot(model: ShardedRecModel) -> dict[str, torch.Tensor]:
     """A copy of this rank's part of the model's state (for ``checkpoint: best``)."""
-    return {k: [t.detach().clone() for t in v] for k, v in model.local_tensors().items()}
+    return {k: v.detach().clone() for k, v in model.local_state().items()}
 
 
-@torch.no_grad()
-def restore(model: ShardedRecModel, saved: dict[str, list[torch.Tensor]]) -> None:
+def restore(model: ShardedRecModel, saved: dict[str, torch.Tensor]) -> None:
     """Put back what :func:`snapshot` took, in place."""
-    for name, tensors in model.local_tensors().items():
-        for target, value in zip(tensors, saved[name], strict=True):
-            target.copy_(value)
+    copy_named(model.local_state(), saved, "best state")
 
 
 def wire_precision(codec: str, device: torch.device) -> str | None:
@@ -364,24 +364,37 @@ def constraints(
     return out
 
 
+def _table_weights(state: dict[str, Any]) -> dict[str, Any]:
+    """Each table's weight entry in a DMP's state dict, by table name."""
+    return {
+        key.split(".embedding_bags.")[1].removesuffix(".weight"): value
+        for key, value in state.items()
+        if key.endswith(".weight") and ".embedding_bags." in key
+    }
+
+
+def _placed_pieces(value: Any) -> list[tuple[int, int, torch.Tensor]]:
+    """``(first_row, first_column, tensor)`` of this rank's pieces of a table's weight:
+    a sharded table's local shards, or the whole of a table every rank holds."""
+    if not hasattr(value, "local_shards"):
+        return [(0, 0, value)]
+    return [(*shard.metadata.shard_offsets, shard.tensor) for shard in value.local_shards()]
+
+
 @torch.no_grad()
 def _fill_initial_values(dmp: nn.Module, names: list[str], tables: PhysicalTables) -> None:
     """Every local shard of every table from the one-process starting values, drawn a
     piece at a time: a rank holds its shards and one piece, never a whole table."""
-    targets = {}
-    for key, value in dmp.state_dict().items():
-        if key.endswith(".weight") and ".embedding_bags." in key:
-            targets[key.split(".embedding_bags.")[1].removesuffix(".weight")] = value
+    pieces = {
+        name: _placed_pieces(value) for name, value in _table_weights(dmp.state_dict()).items()
+    }
     for t, start, values in tables.initial_chunks():
-        target, end = targets[names[t]], start + values.shape[0]
-        if not hasattr(target, "local_shards"):  # data-parallel: a whole copy on every rank
-            target[start:end].copy_(values)
-            continue
-        for shard in target.local_shards():
-            (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-            lo, hi = max(start, r0), min(end, r0 + nr)
+        end = start + values.shape[0]
+        for r0, c0, target in pieces[names[t]]:
+            lo, hi = max(start, r0), min(end, r0 + target.shape[0])
             if lo < hi:
-                shard.tensor[lo - r0 : hi - r0].copy_(values[lo - start : hi - start, c0 : c0 + nc])
+                columns = values[lo - start : hi - start, c0 : c0 + target.shape[1]]
+                target[lo - r0 : hi - r0].copy_(columns)
 
 
 def _plan_summary(
