@@ -161,6 +161,18 @@ class TrainConfig(Frozen):
     sparse_optimizer: Literal["rowwise_adagrad", "adagrad", "sgd"] = "rowwise_adagrad"
     sparse_lr: float = Field(0.05, gt=0, allow_inf_nan=False)
     eval_every_steps: int | None = Field(None, ge=1, description="validate every N steps too")
+    patience: int | None = Field(
+        None,
+        ge=1,
+        description="stop once this many validations in a row bring no new best validation "
+        "AUC (by more than min_delta); epochs stays the most trained",
+    )
+    min_delta: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="a validation AUC must beat the best by more than this to count as better",
+    )
     checkpoint: Literal["best", "final"] = "best"
     shuffle: bool = True
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's")
@@ -254,6 +266,10 @@ class RunConfig(Frozen):
             data["train"].pop(key, None)
         if not self.train.compile:  # eager: hashes stay those of runs before the switch
             data["train"].pop("compile", None)
+        if self.train.patience is None:  # no early stopping: hashes stay as before it
+            data["train"].pop("patience", None)
+        if self.train.min_delta == 0.0:
+            data["train"].pop("min_delta", None)
         if self.comm == CommConfig():  # no codec: hashes stay those of runs before codecs
             data.pop("comm", None)
         if self.sharding == ShardingConfig():  # the planner's choice: hashes stay as before

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,10 +40,69 @@ class TrainOutcome:
     history: list[dict[str, float]] = field(default_factory=list)
     checkpoint_seconds: float = 0.0
     """Wall time spent writing checkpoints (outside ``seconds``)."""
+    stopped_early: bool = False
+    """``train.patience`` ended training before ``epochs`` / ``max_steps`` ran out."""
+    still_improving: bool = False
+    """Training ran out of budget while validation AUC was still rising
+    (see :func:`still_rising`)."""
+    best_step: int = 0
+    """The step of the best validation AUC (its first occurrence; 0 without one)."""
+
+    def convergence(self) -> dict[str, Any]:
+        """The figures of whether training converged, as a task's ``details`` hold them."""
+        return {
+            "stopped_early": self.stopped_early,
+            "still_improving": self.still_improving,
+            "best_step": self.best_step,
+            "validations": len(self.history),
+        }
 
     @property
     def samples_per_second(self) -> float:
         return self.examples / self.seconds if self.seconds > 0 else float("nan")
+
+
+def _best_index(history: list[dict[str, float]]) -> int | None:
+    """Index of the first validation with the highest AUC (NaN never counts); ``None``
+    when there is none."""
+    best, index = -math.inf, None
+    for i, record in enumerate(history):
+        if record["val_auc"] > best:
+            best, index = record["val_auc"], i
+    return index
+
+
+def validations_since_best(history: list[dict[str, float]], min_delta: float) -> int:
+    """How many validations in a row, at the end of ``history``, brought no new best AUC.
+
+    A validation is a new best when its AUC beats the best so far by more than
+    ``min_delta`` (the first one beats nothing); a NaN AUC is never a new best."""
+    best, since = -math.inf, 0
+    for record in history:
+        if record["val_auc"] - best > min_delta:  # the first finite AUC beats -inf
+            best, since = record["val_auc"], 0
+        else:
+            since += 1
+    return since
+
+
+def patience_spent(history: list[dict[str, float]], cfg: TrainConfig) -> bool:
+    """Whether early stopping (``cfg.patience``) ends training after ``history``."""
+    return cfg.patience is not None and validations_since_best(history, cfg.min_delta) >= (
+        cfg.patience
+    )
+
+
+def still_rising(history: list[dict[str, float]], min_delta: float) -> bool:
+    """Whether validation AUC was still rising at the end of ``history``: its best AUC is
+    at one of the last two validations (one dip at the very end is noise, not a plateau)
+    and beats every validation before it by more than ``min_delta``. A lone validation is
+    rising (nothing shows a plateau); a history without a finite AUC is not."""
+    index = _best_index(history)
+    if index is None or index < len(history) - 2:
+        return False
+    earlier = [r["val_auc"] for r in history[:index] if not math.isnan(r["val_auc"])]
+    return not earlier or history[index]["val_auc"] - max(earlier) > min_delta
 
 
 def make_dense_optimizer(
@@ -157,6 +218,11 @@ def train(
 
     ``on_validation(metrics, step)`` may raise to stop training (e.g. an Optuna prune).
 
+    With ``train_config.patience``, training stops after the validation that makes it that
+    many validations in a row without a new best AUC (:func:`validations_since_best`); the
+    decision is a function of the validation history alone, so a resumed run (its history
+    is in the checkpoint) stops at the same step as an uninterrupted one.
+
     With ``parallel`` (a rank of a distributed run, ``model`` sharded by
     :func:`suite.engine.distributed.shard_model`), the rank trains on its part of every
     global batch; losses and validation metrics are those of the whole batch and split,
@@ -185,7 +251,8 @@ def train(
     state = (writers[0].restore(model, dense_opt) if writers else None) or LoopState()
     checkpoint_seconds = 0.0
 
-    def validate() -> None:
+    def validate() -> bool:
+        """Validate, record, and say whether early stopping ends training here."""
         metrics = evaluate(model, val_split, cfg.eval_batch_size, device, parallel=parallel)
         record = {"step": float(state.step), **{f"val_{k}": v for k, v in metrics.items()}}
         state.history.append(record)
@@ -194,6 +261,7 @@ def train(
         if cfg.checkpoint == "best" and metrics["auc"] > state.best_auc:
             state.best_auc, state.best_step = metrics["auc"], state.step
             state.best = snapshot(model) if parallel else copy.deepcopy(model.state_dict())
+        return patience_spent(state.history, cfg)
 
     model.train()
     bar = progress_bar(
@@ -203,7 +271,10 @@ def train(
         unit="step",
         enabled=cfg.progress and (parallel is None or parallel.leader),
     )
+    stop = patience_spent(state.history, cfg)  # resumed from the stopping validation's step
     for epoch in range(state.epoch, cfg.epochs):
+        if stop:
+            break
         if epoch != state.epoch:
             state.epoch, state.batch = epoch, 0
         loader.set_epoch(epoch)
@@ -234,22 +305,34 @@ def train(
                 and state.step < total
             ):
                 state.seconds += time.perf_counter() - tick
-                validate()
+                stop = validate()
                 tick = time.perf_counter()
             due = [writer for writer in writers if writer.due(state.step)]
             if due:
                 state.seconds += time.perf_counter() - tick
                 checkpoint_seconds += sum(w.save(model, dense_opt, state).seconds for w in due)
                 tick = time.perf_counter()
-            if state.step >= total:
+            if state.step >= total or stop:
                 break
         state.seconds += time.perf_counter() - tick
         if not state.history or state.history[-1]["step"] != state.step:
-            validate()
-        if state.step >= total:
+            stop = validate()
+        if state.step >= total or stop:
             break
     bar.close()
 
+    return _outcome(model, cfg, state, total, checkpoint_seconds, parallel)
+
+
+def _outcome(
+    model: RecModel,
+    cfg: TrainConfig,
+    state: LoopState,
+    total: int,
+    checkpoint_seconds: float,
+    parallel: Parallel | None,
+) -> TrainOutcome:
+    """Load the checkpoint the config keeps into ``model``; what training produced."""
     checkpoint_step = state.step
     if cfg.checkpoint == "best" and state.best is not None:
         if parallel:
@@ -257,6 +340,8 @@ def train(
         else:
             model.load_state_dict(state.best)
         checkpoint_step = state.best_step
+    spent = patience_spent(state.history, cfg)
+    best = _best_index(state.history)
     return TrainOutcome(
         state.step,
         state.examples,
@@ -265,4 +350,7 @@ def train(
         checkpoint_step,
         state.history,
         checkpoint_seconds,
+        stopped_early=spent and state.step < total,
+        still_improving=not spent and still_rising(state.history, cfg.min_delta),
+        best_step=int(state.history[best]["step"]) if best is not None else 0,
     )

@@ -2,6 +2,9 @@
 
 The test predictions (logits ``[N]``, labels ``[N]``) are kept beside the result JSON
 (``details["arrays"]``), so two runs' AUCs on the same test set can be compared per seed.
+Whether training converged is in the details too: ``stopped_early`` (``train.patience``
+ended it), ``still_improving`` (the budget ran out while validation AUC still rose),
+``best_step`` and ``validations`` (see :class:`suite.engine.train.TrainOutcome`).
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "examples": outcome.examples,
         "train_seconds": outcome.seconds,
         "validation_history": outcome.history,
+        **outcome.convergence(),  # stopped_early, still_improving, best_step, validations
         "embedding_memory": {
             "parameters": memory.parameters,
             "auxiliary": memory.auxiliary,

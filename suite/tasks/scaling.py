@@ -178,6 +178,7 @@ class ScalingTask(Task):
             "examples": outcome.examples,
             "training_flops": training_flops(model, outcome.examples),
             "train_seconds": round(outcome.seconds, 3),
+            **outcome.convergence(),  # stopped_early, still_improving, best_step, validations
         }
         ctx.log_metrics(
             {
