@@ -245,6 +245,14 @@ def delong_test(
     return DeLongResult(float(aucs[0]), float(aucs[1]), interval, variance, z, p)
 
 
+def auc_covariance(labels: Sequence[float], scores: np.ndarray) -> np.ndarray:
+    """DeLong's covariance ``[k, k]`` of the AUCs of ``k`` scorers ``scores [k, N]`` on one
+    test set ``labels [N]``: ``S10/m + S01/n`` over the structural components."""
+    v10, v01 = auc_components(np.asarray(labels), scores)
+    m, n = v10.shape[1], v01.shape[1]
+    return np.atleast_2d(np.cov(v10) / m + np.cov(v01) / n)
+
+
 # --- Scaling laws: L = L_inf + a * C^-b, with a bootstrap over seeds and points ---
 
 MIN_FIT_POINTS = 4

@@ -23,6 +23,7 @@ FLOORS: list[set[str]] = [
         "results",
         "tracking",
         "stats",
+        "decisions",
         "metrics",
         "presets",
         "figures",

@@ -1,10 +1,11 @@
-"""Judging claims on per-seed figures: intervals, paired differences, three verdicts.
+"""Judging claims on per-seed figures: paired differences with all their noise, verdicts.
 
 Every run of a profile runs under the same seeds, so the figures of two runs pair by seed.
-A comparative claim is judged on the CI of the paired differences, a threshold claim on
-the CI of the mean, a scaling claim on bootstrap CIs of fitted curves (``suite.stats``).
-A comparison of two runs' test AUCs also gets DeLong's test on each seed's test set (the
-two runs' predictions on the same examples), shown beside the verdict it does not change.
+A comparative claim is tested on the paired differences, a threshold claim on the values
+minus the target (``suite.decisions``: one-sided tests at 5%, TOST for equivalence); a
+figure resting on test AUCs adds the test set's DeLong variance to the seeds' spread. A
+claim no test decides is ``underpowered``, with the seeds (and test rows) it needs. A
+scaling claim is judged on bootstrap CIs of fitted curves (``suite.stats``).
 """
 
 from __future__ import annotations
@@ -12,18 +13,29 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from suite.reproduce.spec import Claim, Operand
+from suite.decisions import (
+    ALPHA,
+    Noise,
+    Plan,
+    Test,
+    decide,
+    noise_of,
+    plan,
+    shared_test_variance,
+)
+from suite.reproduce.spec import SCALING, Claim, Operand
 from suite.stats import (
     LEVEL,
     Interval,
     ScalingFit,
-    Verdict,
+    auc_components,
+    auc_covariance,
     bootstrap_ci,
     bootstrap_indices,
-    delong_test,
     fit_scaling,
     mean_ci,
     verdict,
@@ -47,6 +59,93 @@ Predictions = Callable[[str, int], tuple[np.ndarray, np.ndarray] | None]
 """``predictions(run, seed)``: that run's test ``(labels [N], logits [N])`` under that seed,
 or None if the run kept none."""
 
+UNDERPOWERED = "underpowered"
+NOT_TESTABLE = "not testable at this scale"
+
+
+@dataclass(frozen=True)
+class PairNoise:
+    """Test-set sampling noise of one seed's AUC figure, ``AUC(left) - AUC(right)`` (or
+    ``AUC(left)`` alone where there is no right run), from DeLong's covariance over all the
+    seeds' runs on the one test set: this seed's ``variance``, its DeLong ``p_value`` of
+    equal AUCs (NaN for one AUC), the ``shared`` variance the seeds' figures have in common
+    (the same for every seed; ``suite.decisions.shared_test_variance``) and the test ``rows``."""
+
+    variance: float
+    p_value: float
+    rows: int
+    shared: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "variance": self.variance,
+            "p_value": self.p_value,
+            "rows": self.rows,
+            "shared": self.shared,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PairNoise:
+        return cls(
+            float(data["variance"]),
+            float(data["p_value"]),
+            int(data["rows"]),
+            float(data["shared"]),
+        )
+
+
+NoiseLookup = Callable[[str, str, int], PairNoise | None]
+"""``noise(left run, right run, seed)``; ``right == ""`` asks for one AUC's noise."""
+
+
+def noise_from_predictions(predictions: Predictions, seeds: list[int]) -> NoiseLookup:
+    """A :data:`NoiseLookup` computed from the runs' kept test predictions under ``seeds``
+    (all at once, for the covariance between seeds), cached; None where a prediction is
+    missing or the runs scored different examples."""
+    cache: dict[tuple[str, str], dict[int, PairNoise] | None] = {}
+
+    def lookup(left: str, right: str, seed: int) -> PairNoise | None:
+        if (left, right) not in cache:
+            cache[(left, right)] = pair_noise(predictions, left, right, seeds)
+        found = cache[(left, right)]
+        return None if found is None else found.get(seed)
+
+    return lookup
+
+
+def pair_noise(
+    predictions: Predictions, left: str, right: str, seeds: list[int]
+) -> dict[int, PairNoise] | None:
+    """Each seed's :class:`PairNoise` of ``AUC(left) - AUC(right)`` (``AUC(left)`` where
+    ``right`` is empty), or None where predictions are missing or differ in examples."""
+    runs = [left, right] if right else [left]
+    found = [predictions(run, seed) for run in runs for seed in seeds]
+    if any(f is None for f in found):
+        return None
+    labels = found[0][0]  # type: ignore[index]
+    if any(f[0].shape != labels.shape or not np.array_equal(f[0], labels) for f in found):  # type: ignore[index]
+        return None
+    scores = np.vstack([f[1] for f in found])  # type: ignore[index]
+    cov = auc_covariance(labels, scores)
+    per_seed, shared = shared_test_variance(cov, len(seeds), paired=bool(right))
+    aucs = auc_components(labels, scores)[0].mean(axis=1)
+    out = {}
+    for i, seed in enumerate(seeds):
+        p = math.nan
+        if right:
+            d = aucs[i] - aucs[len(seeds) + i]
+            p = _normal_p(d, per_seed[i])
+        out[seed] = PairNoise(float(per_seed[i]), p, len(labels), shared)
+    return out
+
+
+def _normal_p(difference: float, variance: float) -> float:
+    from scipy import stats
+
+    if variance <= 0:
+        return 1.0 if difference == 0 else 0.0
+    return float(2 * stats.norm.sf(abs(difference) / math.sqrt(variance)))
+
 
 @dataclass(frozen=True)
 class ClaimOutcome:
@@ -58,7 +157,7 @@ class ClaimOutcome:
     """
 
     claim: Claim
-    verdict: Verdict
+    verdict: str
     left: Interval
     right: Interval | None
     difference: Interval | None
@@ -70,6 +169,23 @@ class ClaimOutcome:
     (comparisons of two runs' test AUCs only)."""
     timing: bool = False
     """The claim rests on a machine-dependent figure (a metric of kind ``measured``)."""
+    test: Test | None = None
+    """The one-sided tests that decided it (``suite.decisions``)."""
+    noise: Noise | None = None
+    """Seed spread and test-set variance of the tested figure."""
+    plan: Plan | None = None
+    """For an underpowered claim: its power now and the seeds (test rows) it needs."""
+    shifted: Interval | None = None
+    """For a threshold claim: the 90% interval of ``value - target``."""
+    holm_p: float = math.nan
+    """The deciding p after Holm's correction over the report's empirical claims."""
+
+    @property
+    def label(self) -> str:
+        """The verdict as the report prints it."""
+        if self.verdict == UNDERPOWERED and self.plan is not None:
+            return f"{UNDERPOWERED} ({self.plan.text()})"
+        return self.verdict
 
 
 def _nan_interval(n: int = 0) -> Interval:
@@ -108,85 +224,105 @@ def _interval(values: np.ndarray, method: str) -> Interval:
     )
 
 
-def _t_p_value(values: np.ndarray, target: float) -> float:
-    from scipy import stats
-
-    if len(values) < 2:
-        return math.nan
-    if float(values.std(ddof=1)) == 0.0:
-        return 0.0 if float(values.mean()) != target else 1.0
-    return float(stats.ttest_1samp(values, target).pvalue)
-
-
 def auc_runs(claim: Claim) -> tuple[str, str] | None:
-    """The two runs a claim compares by their test AUCs (``a.test_auc`` against
-    ``b.test_auc``), or None for any other claim."""
-    if not claim.comparative or not (isinstance(claim.left, str) and isinstance(claim.right, str)):
+    """The runs whose test AUCs a claim rests on: ``(a, b)`` for ``a.test_auc`` against
+    ``b.test_auc``, ``(a, "")`` for ``a.test_auc`` against a number; None otherwise."""
+    if not isinstance(claim.left, str) or claim.kind in SCALING:
         return None
-    (left, left_metric), (right, right_metric) = (
-        side.split(".", 1) for side in (claim.left, claim.right)
-    )
-    return (left, right) if left_metric == right_metric == AUC_METRIC else None
+    left, left_metric = claim.left.split(".", 1)
+    if left_metric != AUC_METRIC:
+        return None
+    if not claim.comparative:
+        return (left, "")
+    if not isinstance(claim.right, str):
+        return None
+    right, right_metric = claim.right.split(".", 1)
+    return (left, right) if right_metric == AUC_METRIC else None
 
 
-def delong_per_seed(
-    claim: Claim, predictions: Predictions, seeds: list[int]
-) -> tuple[dict[int, float], str]:
-    """DeLong's p-value of the claim's two test AUCs under each seed, and a note where a
-    seed's predictions are missing or the two runs were tested on different examples."""
+def claim_test_noise(
+    claim: Claim, noise: NoiseLookup | None, seeds: list[int]
+) -> tuple[list[PairNoise], str]:
+    """Each seed's test-set noise of the claim's AUC figure (empty when the claim rests on
+    no test AUC), and a note where some seed's noise is missing."""
     runs = auc_runs(claim)
     if runs is None:
-        return {}, ""
-    found: dict[int, float] = {}
-    for seed in seeds:
-        left, right = (predictions(run, seed) for run in runs)
-        if left is None or right is None:
-            return {}, f"DeLong: no test predictions kept for seed {seed}"
-        if left[0].shape != right[0].shape or not np.array_equal(left[0], right[0]):
-            return {}, f"DeLong: the two runs' test sets differ (seed {seed})"
-        found[seed] = delong_test(left[0], left[1], right[1]).p_value
-    return found, ""
+        return [], ""
+    if noise is None:
+        return [], "no test predictions: test-set noise left out"
+    found = [noise(runs[0], runs[1], seed) for seed in seeds]
+    if any(f is None for f in found):
+        return [], "test predictions missing or on different examples: test-set noise left out"
+    return [f for f in found if f is not None], ""
 
 
-def evaluate(
-    claim: Claim, figures: SeedFigures, predictions: Predictions | None = None
-) -> ClaimOutcome:
-    """Judge a comparative or threshold claim on per-seed figures; with ``predictions``, a
-    comparison of test AUCs also gets DeLong's test on each paired seed."""
+def bound_of(claim: Claim, direction: str) -> float:
+    """The bound the claim's figure ``d`` (a paired difference, or a value minus its target)
+    is tested against: ``margin``, or ``-margin`` for ``less``."""
+    return -claim.margin if direction == "less" else claim.margin
+
+
+def evaluate(claim: Claim, figures: SeedFigures, noise: NoiseLookup | None = None) -> ClaimOutcome:
+    """Judge a comparative or threshold claim on per-seed figures. A figure resting on test
+    AUCs adds the test set's DeLong variance (from ``noise``) to the seeds' spread."""
     runs = sorted({ref.split(".", 1)[0] for ref in claim.references()})
     seeds = common_seeds(figures, runs)
     left = resolve(claim.left, figures, seeds)
     direction = DIRECTION[claim.kind]
-    if claim.comparative:
-        right = resolve(claim.right, figures, seeds)
-        if np.isnan(left).any() or np.isnan(right).any() or len(seeds) < 2:
-            return _unmeasured(claim, seeds, "a figure is missing or fewer than two seeds")
-        diff = left - right
-        difference = _interval(diff, claim.ci)
-        delong, note = delong_per_seed(claim, predictions, seeds) if predictions else ({}, "")
-        return ClaimOutcome(
-            claim,
-            verdict(difference, direction, claim.margin),  # type: ignore[arg-type]
-            _interval(left, claim.ci),
-            _interval(right, claim.ci),
-            difference,
-            _t_p_value(diff, 0.0),
-            note=note,
-            delong=delong,
-        )
-    target = float(claim.right)  # type: ignore[arg-type]
-    if np.isnan(left).any() or len(seeds) < 2:
+    comparative = claim.comparative
+    right = resolve(claim.right, figures, seeds) if comparative else None
+    target = None if comparative else float(claim.right)  # type: ignore[arg-type]
+    if np.isnan(left).any() or (right is not None and np.isnan(right).any()) or len(seeds) < 2:
         return _unmeasured(claim, seeds, "a figure is missing or fewer than two seeds", target)
-    mean = _interval(left, claim.ci)
+    values = left - (right if right is not None else target)
+    pairs, note = claim_test_noise(claim, noise, seeds)
+    found = noise_of(values, pairs[0].shared, pairs[0].rows) if pairs else noise_of(values)
+    bound = bound_of(claim, direction)
+    test = decide(float(values.mean()), found, direction, bound)  # type: ignore[arg-type]
+    verdict_, plan_ = judged(claim, test, found, direction, bound)
+    difference = Interval(test.estimate, test.low, test.high, len(seeds), 1 - 2 * ALPHA)
+    if claim.ci == "bootstrap" and not pairs:
+        difference = bootstrap_ci(values, level=1 - 2 * ALPHA, resamples=BOOTSTRAP_RESAMPLES)
+        verdict_ = _interval_verdict(difference, direction, bound, verdict_)
     return ClaimOutcome(
         claim,
-        verdict(mean, direction, claim.margin, target),  # type: ignore[arg-type]
-        mean,
-        None,
-        None,
-        _t_p_value(left, target),
+        verdict_,
+        _interval(left, claim.ci),
+        _interval(right, claim.ci) if right is not None else None,
+        difference if comparative else None,
+        test.p,
         target,
+        note=note,
+        delong={s: p.p_value for s, p in zip(seeds, pairs, strict=False) if comparative},
+        test=test,
+        noise=found,
+        plan=plan_,
+        shifted=None if comparative else difference,
     )
+
+
+def judged(
+    claim: Claim, test: Test, found: Noise, direction: str, bound: float
+) -> tuple[str, Plan | None]:
+    """The verdict's words and, for an undecided claim, what deciding it would need."""
+    if test.decision in ("holds", "does not hold", "not measurable"):
+        return test.decision, None
+    p = plan(test.estimate, found, direction, bound)  # type: ignore[arg-type]
+    return UNDERPOWERED, p
+
+
+def _interval_verdict(ci: Interval, direction: str, bound: float, fallback: str) -> str:
+    """A bootstrap claim's verdict from where its 90% interval lies (one-sided 5% tests)."""
+    if math.isnan(ci.low):
+        return "not measurable"
+    if direction == "within":
+        inside = -bound <= ci.low and ci.high <= bound
+        outside = ci.low > bound or ci.high < -bound
+    elif direction == "greater":
+        inside, outside = ci.low > bound, ci.high < bound
+    else:
+        inside, outside = ci.high < bound, ci.low > bound
+    return "holds" if inside else "does not hold" if outside else fallback
 
 
 def _unmeasured(
@@ -277,7 +413,7 @@ def evaluate_scaling(
     note = "; ".join(_fit_note(f, fits[f]) for f in names)
     if not (left.measurable and right.measurable):
         outcome = ClaimOutcome(
-            claim, "not measurable", left.exponent, right.exponent, None, math.nan, None,
+            claim, NOT_TESTABLE, left.exponent, right.exponent, None, math.nan, None,
             "fit fails the quality gate (" + note + ")",
         )  # fmt: skip
         return outcome, fits
@@ -286,7 +422,7 @@ def evaluate_scaling(
         draws = left.replicates[:, 2] - right.replicates[:, 2] if paired else np.array([])
         difference = _percentile(left.fit.b - right.fit.b, draws, len(seeds))
         lo, hi = left.exponent, right.exponent
-        result: Verdict = (
+        result: str = (
             "holds" if lo.low > hi.high else "does not hold" if lo.high < hi.low else "inconclusive"
         )
         return ClaimOutcome(

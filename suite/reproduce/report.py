@@ -15,13 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from suite.decisions import ALPHA, holm
 from suite.environment import environment
-from suite.reproduce.claims import ClaimOutcome, describe
+from suite.reproduce.claims import NOT_TESTABLE, UNDERPOWERED, ClaimOutcome, describe
 from suite.reproduce.runner import PaperOutcome, Reproduction
 from suite.stats import Interval, ScalingFit
 
 TIMINGS_HEADING = "## Timings (machine-dependent)"
-VERDICTS = ("holds", "does not hold", "inconclusive", "not measurable")
+VERDICTS = ("holds", "does not hold", UNDERPOWERED, NOT_TESTABLE, "not measurable")
 MIB = 2**20
 DELONG_ALPHA = 0.05
 
@@ -81,6 +82,31 @@ def delong_cell(outcome: ClaimOutcome) -> str:
     return f"{', '.join(p_value(p) for p in ps)} ({below}/{len(ps)} below {DELONG_ALPHA})"
 
 
+def claim_text(outcome: ClaimOutcome) -> str:
+    """The claim's words, with ``(suite's target)`` where the bound is not the paper's."""
+    c = outcome.claim
+    return f"{c.text} (suite's target)" if c.origin == "suite" else c.text
+
+
+def se_cell(outcome: ClaimOutcome) -> str:
+    """The tested figure's standard error and its parts: seeds' spread, test-set sampling."""
+    noise, test = outcome.noise, outcome.test
+    if noise is None or test is None or math.isnan(test.se):
+        return "—"
+    seeds = math.sqrt(noise.seed_var / noise.n) if noise.n else math.nan
+    if noise.test_var <= 0:
+        return f"{number(test.se)} (seeds)"
+    return (
+        f"{number(test.se)} (seeds {number(seeds)}, test set {number(math.sqrt(noise.test_var))})"
+    )
+
+
+def power_cell(outcome: ClaimOutcome) -> str:
+    if outcome.plan is None:
+        return "—"
+    return f"{outcome.plan.power_now:.2f}"
+
+
 def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
     c = outcome.claim
     scaling = bool(c.families())
@@ -92,15 +118,20 @@ def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
         else interval(outcome.right, right_unit)
     )
     diff_unit = left_unit if left_unit == right_unit else ""
+    tested = outcome.difference if outcome.difference is not None else outcome.shifted
     return {
-        "claim": c.text,
+        "claim": claim_text(outcome),
+        "basis": c.basis,
         "test": describe(c),
         "left (mean [95% CI])": interval(outcome.left, left_unit),
         "right": right,
-        "difference [95% CI]": interval(outcome.difference, diff_unit) or "—",
+        "tested figure [90% CI]": interval(tested, diff_unit) or "—",
+        "SE": se_cell(outcome),
         "p": p_value(outcome.p_value),
+        "Holm p": p_value(outcome.holm_p),
+        "power": power_cell(outcome),
         "DeLong p per seed": delong_cell(outcome),
-        "verdict": f"**{outcome.verdict}**",
+        "verdict": f"**{outcome.label}**",
     }
 
 
@@ -136,21 +167,63 @@ def fit_row(family: str, outcome: PaperOutcome, fit: ScalingFit) -> dict[str, st
     }
 
 
-def summary_counts(reproduction: Reproduction, timing: bool = False) -> Counter:
+def summary_counts(
+    reproduction: Reproduction, timing: bool = False, basis: str | None = None
+) -> Counter:
     """Verdicts of the claims on machine-independent figures (``timing``: of the claims
-    on timings instead, which the report judges under Timings)."""
-    return Counter(c.verdict for p in reproduction.papers for c in p.claims if c.timing == timing)
+    on timings instead, which the report judges under Timings), of one ``basis`` if given."""
+    return Counter(
+        c.verdict
+        for p in reproduction.papers
+        for c in p.claims
+        if c.timing == timing and (basis is None or c.claim.basis == basis)
+    )
 
 
-def counts_text(counts: Counter) -> str:
-    parts = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
-    return f"{sum(counts.values())} claims: {parts}."
+def counts_text(counts: Counter, what: str = "claims") -> str:
+    parts = ", ".join(
+        f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v) or v in VERDICTS[:3]
+    )
+    return f"{sum(counts.values())} {what}: {parts}."
+
+
+def empirical(reproduction: Reproduction) -> list[ClaimOutcome]:
+    """The claims training decides: empirical, not on timings, not scaling fits' gates."""
+    return [
+        c
+        for p in reproduction.papers
+        for c in p.claims
+        if not c.timing and c.claim.basis == "empirical"
+    ]
+
+
+def apply_holm(reproduction: Reproduction) -> None:
+    """Holm's correction over the empirical claims' deciding p-values, set on each outcome."""
+    from dataclasses import replace
+
+    claims = empirical(reproduction)
+    adjusted = dict(zip(map(id, claims), holm([c.p_value for c in claims]), strict=True))
+    for paper in reproduction.papers:
+        paper.claims = [
+            replace(c, holm_p=adjusted[id(c)]) if id(c) in adjusted else c for c in paper.claims
+        ]
 
 
 def summary_line(reproduction: Reproduction) -> str:
-    """The verdict counts; claims on timings are counted apart (their verdicts, in the
-    Timings section, may differ between two runs on one machine)."""
-    line = f"**{counts_text(summary_counts(reproduction))}**"
+    """Empirical and structural claims counted apart; claims on timings apart again (their
+    verdicts, in the Timings section, may differ between two runs on one machine); how many
+    of the empirical verdicts survive Holm's correction."""
+    line = (
+        f"**{counts_text(summary_counts(reproduction, basis='empirical'), 'empirical claims')}** "
+        f"{counts_text(summary_counts(reproduction, basis='structural'), 'structural claims (exact by construction)')}"
+    )
+    decided = [c for c in empirical(reproduction) if c.verdict in ("holds", "does not hold")]
+    if decided:
+        kept = sum(c.holm_p < ALPHA for c in decided)
+        line += (
+            f" {kept} of the {len(decided)} decided empirical verdicts keep p < {ALPHA} after "
+            f"Holm's correction over all {len(empirical(reproduction))} empirical claims."
+        )
     timed = sum(summary_counts(reproduction, timing=True).values())
     if timed:
         line += (
@@ -176,11 +249,34 @@ def claims_section(outcomes: list[ClaimOutcome], papers: list[str] | None = None
     return lines
 
 
+METHOD_TEXT = (
+    "How claims are decided (`suite.decisions`). Each claim tests one figure per seed: a "
+    "paired difference `left - right` (all runs share the seeds) or, for a threshold, the "
+    "value minus its target. Its standard error carries the seeds' spread and, where the "
+    "figure is a test AUC, the test set's own sampling noise: DeLong's variance of each "
+    "seed's (paired) AUC, added whole because every seed scores the same test rows "
+    "(SE² = s²/n + v̄; Welch-Satterthwaite degrees of freedom). Every test is one-sided at "
+    "5%: `holds` when the null that the claim is false is rejected, `does not hold` when "
+    "the null that it holds is; equivalence (`within`) is TOST, the two one-sided tests, "
+    "so both read off the 90% interval shown. Margins are the field's (0.001 AUC) or the "
+    "paper's. A claim neither test decides is `underpowered`, with its power now and the "
+    "seeds (and, where seeds alone cannot, test rows) that 80% power needs at the observed "
+    "effect. `not testable at this scale`: a scaling fit fails its quality gate. p is the "
+    "deciding one-sided p; `Holm p` adjusts it over all empirical claims of the report "
+    "(family-wise 5%). `structural` claims are exact by construction (bytes, budgets, "
+    "plans) and counted apart; `(suite's target)` marks a bound that is this suite's, not "
+    "the paper's. Claims on timings (machine-dependent figures) are judged in the Timings "
+    "section and counted there. Left and right columns show 95% t intervals over seeds."
+)
+
+
 def render_report(
     reproduction: Reproduction, plots: list[str], command: str, date: datetime | None = None
 ) -> str:
     """The report's Markdown."""
     import json
+
+    apply_holm(reproduction)
 
     first = next(iter(next(iter(reproduction.papers)).runs.values())).config
     env = environment(first.device)
@@ -216,17 +312,8 @@ def render_report(
         "",
         summary_line(reproduction),
         "",
-        "Each claim is judged on 95% confidence intervals over the seeds: a comparison on the "
-        "per-seed paired differences (Student t unless noted), a threshold on the mean, a "
-        "scaling claim on a bootstrap over seeds and sizes of `L = L∞ + a·C^-b`. `holds`: the "
-        "whole interval lies on the claimed side of the margin; `does not hold`: wholly on the "
-        "other side; `inconclusive`: the interval straddles it; `not measurable`: no interval "
-        "(missing figure, or a fit that fails its quality gate). The p-value is that of a "
-        "zero difference (paired t-test; bootstrap for scaling claims). A comparison of two "
-        "runs' test AUCs also shows DeLong's p of equal AUCs on each seed's test set (both "
-        "runs scored the same examples): how each seed's difference compares with the test "
-        "set's sampling noise; the verdict rests on the spread over seeds. Claims on timings "
-        "(machine-dependent figures) are judged in the Timings section and counted there. "
+        METHOD_TEXT,
+        "",
         "On one machine and "
         "thread count every figure is bit-identical when rerun; another CPU model may move "
         "the last digits (fbgemm and oneDNN pick different SIMD kernels).",

@@ -52,14 +52,18 @@ named ``<family>/<member>``; a member is a model-size preset name
   seeds and points and need each fit to pass the quality gate (``suite.stats``), else
   ``not measurable``.
 * ``profiles: [quick]`` limits a claim to some profiles (default all).
+* ``basis: structural`` marks a claim exact by construction (a byte count, a budget, a
+  plan's balance): the report counts it apart from the empirical claims that training
+  decides. ``origin: suite`` marks a target of this suite's own, not the paper's.
 
 A comparison of two runs' ``test_auc`` also shows DeLong's p on each seed's test set (from
 the predictions accuracy runs keep). A claim on a metric of kind ``measured`` (a timing) is
 judged in the report's Timings section and counted apart from the others.
 
-Verdicts: ``holds`` when the whole CI lies on the claimed side, ``does not hold`` when it
-lies wholly on the other side, ``inconclusive`` otherwise, ``not measurable`` without an
-interval (one seed, a missing figure, a fit that fails its gate).
+Verdicts (``suite.decisions``): one-sided tests at 5% on the seeds' spread plus, for test
+AUCs, the test set's DeLong variance; equivalence by TOST. ``holds`` / ``does not hold``
+when a test decides, ``underpowered (needs n=...)`` otherwise, ``not measurable`` without
+figures, ``not testable at this scale`` where a scaling fit fails its gate.
 """
 
 from __future__ import annotations
@@ -130,6 +134,14 @@ class Claim(Frozen):
     over: dict[str, list[Any]] | None = None
     profiles: list[str] | None = Field(
         None, description="profiles the claim applies to (default all)"
+    )
+    basis: Literal["empirical", "structural"] = Field(
+        "empirical",
+        description="empirical: decided by training; structural: exact by construction "
+        "(bytes, budgets, plans), counted apart",
+    )
+    origin: Literal["paper", "suite"] = Field(
+        "paper", description="paper: the paper's claim; suite: a target of this suite's own"
     )
 
     @field_validator("left", "right")

@@ -62,6 +62,14 @@ ACCURACY_METRICS = (
         bounds=(0, math.inf),
     ),
     MetricSpec(
+        "embedding_total_bytes",
+        False,
+        "Embedding memory with optimizer state",
+        "bytes",
+        "size",
+        bounds=(0, math.inf),
+    ),
+    MetricSpec(
         "flops_per_example", False, "Forward FLOPs", "per example", "count", bounds=(0, math.inf)
     ),
     # with an all-to-all payload codec (comm.codec)
@@ -118,6 +126,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "embedding_parameter_bytes": float(memory.parameters),
         "embedding_auxiliary_bytes": float(memory.auxiliary),
         "embedding_optimizer_bytes": float(memory.optimizer),
+        "embedding_total_bytes": float(memory.parameters + memory.auxiliary + memory.optimizer),
         "flops_per_example": float(model.flops_per_example()),
     }
     if model.payload is not None:
