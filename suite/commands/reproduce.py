@@ -30,6 +30,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_set_argument(parser, "override a field of every run, e.g. --set device=cuda")
     parser.add_argument("--list", action="store_true", help="list papers, profiles and claims")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes training the (run, seed) jobs, one torch thread each "
+        "(default: one per core, at most one per job; 1: in this process, in order)",
+    )
+    parser.add_argument(
+        "--from-results",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="train nothing: rebuild the report and plots from the run results stored under "
+        "DIR/runs (default: the report directory)",
+    )
+    parser.add_argument(
+        "--rerun",
+        metavar="PAPER/RUN",
+        help="train this one stored job again (with --seed) and compare it bit for bit with "
+        "its stored result under --out; exit 1 if they differ",
+    )
+    parser.add_argument("--seed", type=int, help="the seed of --rerun")
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="run one Optuna study per tuned run of the profile's tuning block (same budget "
+        "for each) and write suite/reproductions/tuned/<paper>.<profile>.yaml; --workers 1 "
+        "(the default here) reproduces the values",
+    )
+    parser.add_argument("--storage", help="--tune: Optuna storage URL (default: one per study)")
     parser.set_defaults(handler=handle)
 
 
@@ -47,16 +76,23 @@ def command_line(args: argparse.Namespace) -> str:
         words += ["--tracking-uri", args.tracking_uri]
     if args.quiet:
         words.append("--quiet")
+    if args.from_results is not None:
+        words += ["--from-results", args.from_results] if args.from_results else ["--from-results"]
     return shlex.join(words)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.tune:
+        from suite.reproduce.tuning import handle_tune
+
+        return handle_tune(args)
     from pathlib import Path
 
     from suite.config import parse_override, set_dotted
+    from suite.errors import ConfigError
     from suite.fileio import write_text_atomic
     from suite.reproduce.plots import draw_plots
-    from suite.reproduce.report import render_report, summary_counts
+    from suite.reproduce.report import render_report, summary_counts, summary_line
     from suite.reproduce.runner import default_report_dir, finish_tracking, reproduce
     from suite.reproduce.spec import list_specs, load_spec
 
@@ -76,11 +112,24 @@ def handle(args: argparse.Namespace) -> int:
     if args.quiet:
         set_dotted(overrides, "train.progress", False)
     set_dotted(overrides, "tracking.experiment", f"reproduce-{args.profile}")
-    command = command_line(args)
-    reproduction = reproduce(
-        args.profile, args.paper, args.claim, overrides, not args.quiet, command
-    )
     out_dir = Path(args.out or default_report_dir(args.profile))
+    if args.rerun:
+        return rerun_job(args, out_dir, overrides)
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers: expected a number of processes >= 1, got {args.workers}")
+    command = command_line(args)
+    from_results = None if args.from_results is None else (args.from_results or out_dir)
+    reproduction = reproduce(
+        args.profile,
+        args.paper,
+        args.claim,
+        overrides,
+        not args.quiet,
+        command,
+        workers=args.workers,
+        report_dir=out_dir,
+        from_results=from_results,
+    )
     plots = draw_plots(reproduction, out_dir)
     report = render_report(reproduction, plots, command)
     path = write_text_atomic(out_dir / "REPORT.md", report)
@@ -93,12 +142,25 @@ def handle(args: argparse.Namespace) -> int:
     )
     for outcome in reproduction.papers:
         for claim in outcome.claims:
-            print(f"{outcome.spec.paper:<10} {claim.verdict:<15} {claim.claim.id}")
-    print(
-        ", ".join(
-            f"{counts.get(v, 0)} {v}"
-            for v in ("holds", "does not hold", "inconclusive", "not measurable")
-        )
-    )
+            print(f"{outcome.spec.paper:<10} {claim.label:<30} {claim.claim.id}")
+    print(summary_line(reproduction).replace("**", ""))
     print(f"report: {path}")
     return 0
+
+
+def rerun_job(args: argparse.Namespace, out_dir: object, overrides: dict) -> int:
+    """``--rerun PAPER/RUN --seed N``: train that job again, compare with its stored result."""
+    from suite.errors import ConfigError
+    from suite.reproduce.runner import rerun
+
+    if args.seed is None:
+        raise ConfigError("--rerun: give the job's seed with --seed N")
+    found = rerun(args.profile, args.rerun, args.seed, str(out_dir), overrides)
+    what = f"{args.rerun} seed {args.seed}"
+    if not found:
+        print(f"{what}: identical (metrics and test logits digest) to {out_dir}/runs")
+        return 0
+    print(f"{what}: differs from {out_dir}/runs:")
+    for line in found:
+        print(f"  {line}")
+    return 1

@@ -9,26 +9,36 @@ seed. A scaling family's sizes are ordinary ``accuracy`` runs, one per member.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import math
+import multiprocessing
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from suite.config import RunConfig, deep_merge, load_yaml, validate_config
-from suite.errors import ConfigError
+from suite.errors import ConfigError, SuiteError
 from suite.presets import preset_path
 from suite.progress import progress_bar
 from suite.reproduce.claims import (
     COMPUTE_METRIC,
     ClaimOutcome,
+    NoiseLookup,
+    PairNoise,
     SeedFigures,
     evaluate,
     evaluate_scaling,
+    noise_from_predictions,
 )
 from suite.reproduce.spec import Claim, ReproductionSpec, list_specs, load_spec
-from suite.results import TaskResult, find_metric, read_arrays
+from suite.reproduce.store import NoiseKey
+from suite.results import TaskResult, find_metric
 from suite.stats import Interval, ScalingFit, mean_ci
 
 
@@ -66,11 +76,10 @@ class RunRecord:
 
     def test_predictions(self, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The run's test ``(labels [N], logits [N])`` under ``seed``, if it kept them."""
+        from suite.reproduce.store import predictions
+
         result = self.results.get(seed)
-        arrays = read_arrays(result) if result is not None else None
-        if not arrays or not {"test_labels", "test_logits"} <= set(arrays):
-            return None
-        return arrays["test_labels"], arrays["test_logits"]
+        return predictions(result) if result is not None else None
 
     def metric_kind(self, metric: str) -> str | None:
         """The declared kind of one of this run's metrics (``measured`` for timings), or
@@ -150,6 +159,9 @@ def run_config(
     else:
         data = deep_merge(prof.base, spec.runs[run_id])
     data = deep_merge(data, prof.runs.get(run_id, {}))
+    from suite.reproduce.tuning import tuned_overrides  # the profile's tuned values, if any
+
+    data = deep_merge(data, tuned_overrides(spec, profile, run_id))
     data = deep_merge(data, overrides)
     return validate_config(data, f"reproduction {spec.paper}/{run_id} ({profile})")
 
@@ -217,6 +229,208 @@ def profile_seeds(specs: list[ReproductionSpec], profile: str) -> list[int]:
     return list(seeds.pop())
 
 
+@dataclass(frozen=True)
+class Job:
+    """One (config, seed) training of a reproduction."""
+
+    key: str
+    """The config hash (of the config without its seed)."""
+    seed: int
+    config: RunConfig
+    tags: dict[str, str]
+    label: str
+
+
+def plan_jobs(planned: dict[str, PlannedRun], seeds: list[int], profile: str) -> list[Job]:
+    """Every (config, seed) job, in plan order, configured as the reproduction runs it."""
+    jobs = []
+    for key, entry in planned.items():
+        tags = {
+            "suite.papers": ",".join(dict.fromkeys(r.split("/", 1)[0] for r in entry.roles)),
+            "suite.roles": ",".join(entry.roles),
+            "suite.claims": ",".join(dict.fromkeys(entry.claims)),
+            "suite.profile": profile,
+        }
+        for seed in seeds:
+            label = f"{entry.roles[0]} seed {seed}"
+            config = entry.config.with_overrides(
+                {
+                    "seed": seed,
+                    "tracking.run_name": label,
+                    "tracking.keep_arrays": True,  # DeLong's test reads the predictions
+                }
+            )
+            jobs.append(Job(key, seed, config, tags, label))
+    return jobs
+
+
+def job_examples(config: RunConfig) -> float:
+    """Training examples a run sees: its step budget, else its epochs over the train rows."""
+    train = config.train
+    if train.max_steps:
+        return float(train.max_steps * train.batch_size)
+    return float(train.epochs * config.dataset.options.get("train_rows", 10**6))
+
+
+def longest_first(jobs: list[Job], known: dict[str, float]) -> list[Job]:
+    """``jobs`` by estimated duration, longest first: a config's known duration per seed
+    (``known``: config hash -> seconds), else its training examples at the known runs'
+    median seconds per example."""
+    rates = [known[j.key] / job_examples(j.config) for j in jobs if j.key in known]
+    rate = float(np.median(rates)) if rates else 1.0
+
+    def cost(job: Job) -> float:
+        return known.get(job.key, job_examples(job.config) * rate)
+
+    return sorted(jobs, key=cost, reverse=True)
+
+
+def known_durations(jobs: list[Job], dirs: list[Path]) -> dict[str, float]:
+    """Seconds one seed of each job's config took, from results stored under ``dirs``
+    (any seed; the first directory that has one)."""
+    from suite.reproduce.store import runs_dir
+
+    known: dict[str, float] = {}
+    for job in jobs:
+        for directory in dirs:
+            found = sorted((runs_dir(directory) / job.key).glob("seed-*.json"))
+            if job.key not in known and found:
+                try:
+                    known[job.key] = TaskResult.read(found[0]).duration_s
+                except (OSError, ValueError):
+                    continue
+    return known
+
+
+def run_job(job: Job, parent_run_id: str | None) -> TaskResult:
+    """Train one job down the one run path (in this process or a worker's)."""
+    from suite.runs.single import execute
+
+    return execute(job.config, parent_run_id=parent_run_id, extra_tags=job.tags)
+
+
+def default_workers(jobs: int) -> int:
+    return max(1, min(os.cpu_count() or 1, jobs))
+
+
+def run_jobs(
+    jobs: list[Job],
+    workers: int,
+    parent_run_id: str | None,
+    done: Callable[[Job, TaskResult], None],
+    bar: Any,
+) -> None:
+    """Run ``jobs``; ``done(job, result)`` in this process as each finishes. One worker:
+    in this process, in order. More: spawned worker processes (one torch thread each,
+    as the configs say), longest job first, results as they finish; on an error or an
+    interruption every worker is stopped and the error re-raised."""
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            bar.set_postfix_str(job.label)
+            done(job, run_job(job, parent_run_id))
+            bar.update()
+        return
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    for dataset in {j.config.dataset.model_dump_json(): j.config.dataset for j in jobs}.values():
+        from suite.data.source import get_prepared
+
+        get_prepared(dataset, progress=False)  # once, here, before the workers read it
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
+        pending = {pool.submit(run_job, _quiet(job), parent_run_id): job for job in jobs}
+        while pending:
+            finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in finished:
+                job = pending.pop(future)
+                done(job, future.result())
+                bar.set_postfix_str(job.label)
+                bar.update()
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _quiet(job: Job) -> Job:
+    """A worker's job trains without its own progress bars (the one bar is over jobs)."""
+    return replace(job, config=job.config.with_overrides({"train.progress": False}))
+
+
+def _stop(pool: Any) -> None:
+    """Stop a pool's workers now: queued jobs cancelled, running ones terminated (SIGTERM:
+    each marks its MLflow run KILLED on its way out)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=30)
+        if process.is_alive():
+            process.kill()
+
+
+def start_parent(
+    first: RunConfig, profile: str, specs: list[ReproductionSpec], seeds: list[int], command: str
+) -> Any:
+    """The reproduction's MLflow parent run, or None with tracking off."""
+    if not first.tracking.enabled:
+        return None
+    from suite.environment import environment
+    from suite.tracking import Tracker
+
+    env = environment(first.device)
+    return Tracker.start(
+        first.tracking.uri,
+        first.tracking.experiment,
+        f"reproduce {profile}",
+        {
+            "suite.reproduction": "true",
+            "suite.profile": profile,
+            "suite.papers": ",".join(s.paper for s in specs),
+            "suite.seeds": ",".join(map(str, seeds)),
+            "suite.command": command[:5000],
+            "suite.git_commit": str(env["git_commit"]),
+            "suite.cpu": str(env["cpu_model"]),
+            "suite.threads": str(env["threads"]),
+        },
+    )
+
+
+def end_parent(parent: Any, exc: BaseException) -> None:
+    """Mark the parent run KILLED (an interruption) or FAILED, and any child left RUNNING
+    by a worker that died KILLED."""
+    from suite.runs.signals import interruption
+    from suite.tracking import clean_dead_runs
+
+    with contextlib.suppress(SuiteError):
+        signal_name = interruption(exc)
+        if signal_name:
+            parent.kill(f"{signal_name} during the reproduction")
+        else:
+            parent.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
+            parent.fail()
+        experiment = parent.client.get_run(parent.run_id).info.experiment_id
+        clean_dead_runs(parent.client, parent.uri, [experiment])
+
+
+def stored_results(
+    jobs: list[Job], report_dir: Path | None
+) -> tuple[dict[tuple[str, int], TaskResult], list[Job]]:
+    """The jobs' stored results (by config hash and seed), and the jobs still to run."""
+    from suite.reproduce.store import read_result
+
+    found: dict[tuple[str, int], TaskResult] = {}
+    if report_dir is not None:
+        for job in jobs:
+            result = read_result(report_dir, job.key, job.config)
+            if result is not None:
+                found[(job.key, job.seed)] = result
+    return found, [j for j in jobs if (j.key, j.seed) not in found]
+
+
 def reproduce(
     profile: str,
     papers: list[str] | None = None,
@@ -224,72 +438,57 @@ def reproduce(
     overrides: dict[str, Any] | None = None,
     progress: bool = True,
     command: str = "",
+    workers: int | None = None,
+    report_dir: str | Path | None = None,
+    from_results: str | Path | None = None,
 ) -> Reproduction:
-    """Train every needed run of the chosen specs under each seed; judge their claims."""
+    """Train every needed run of the chosen specs under each seed; judge their claims.
 
-    from suite.runs.single import execute
-    from suite.tracking import Tracker
+    ``report_dir``: store each finished job under ``<report_dir>/runs`` and reuse those
+    already stored there (a killed reproduction resumes). ``workers``: worker processes
+    (default: one per core, at most one per job). ``from_results``: train nothing; judge
+    the results stored under that report directory (an error names a missing job)."""
+    from suite.reproduce import store
 
     started = time.perf_counter()
     specs = select_specs(papers, profile, claim_ids)
     seeds = profile_seeds(specs, profile)
     overrides = copy.deepcopy(overrides or {})
     planned, where = plan_runs(specs, profile, claim_ids, overrides)
-    first = next(iter(planned.values())).config
-    parent: Tracker | None = None
-    if first.tracking.enabled:
-        from suite.environment import environment
+    jobs = plan_jobs(planned, seeds, profile)
+    if from_results is not None:
+        return _regenerate(profile, specs, claim_ids, planned, where, jobs, overrides, from_results)
+    directory = Path(report_dir) if report_dir is not None else None
+    found, todo = stored_results(jobs, directory)
+    records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
+    for (key, seed), result in found.items():
+        records[key].results[seed] = result
+    workers = default_workers(len(todo)) if workers is None else max(1, workers)
+    if workers > 1:
+        dirs = [d for d in (directory, Path("results") / profile) if d is not None]
+        todo = longest_first(todo, known_durations(todo, dirs))
+    parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
 
-        env = environment(first.device)
-        parent = Tracker.start(
-            first.tracking.uri,
-            first.tracking.experiment,
-            f"reproduce {profile}",
-            {
-                "suite.reproduction": "true",
-                "suite.profile": profile,
-                "suite.papers": ",".join(s.paper for s in specs),
-                "suite.seeds": ",".join(map(str, seeds)),
-                "suite.command": command[:5000],
-                "suite.git_commit": str(env["git_commit"]),
-                "suite.cpu": str(env["cpu_model"]),
-                "suite.threads": str(env["threads"]),
-            },
-        )
-    records: dict[str, RunRecord] = {}
+    def done(job: Job, result: TaskResult) -> None:
+        records[job.key].results[job.seed] = result
+        if directory is not None:
+            store.write_result(directory, job.key, store.with_digest(result))
+
+    desc = f"reproduce ({profile}" + (f", {len(found)} stored" if found else "") + ")"
     try:
-        total = len(planned) * len(seeds)
-        bar = progress_bar(total=total, desc=f"reproduce ({profile})", unit="run", enabled=progress)
-        for key, entry in planned.items():
-            record = RunRecord(entry.roles[0], entry.config, seeds)
-            for seed in seeds:
-                bar.set_postfix_str(f"{entry.roles[0]} seed {seed}")
-                config = entry.config.with_overrides(
-                    {
-                        "seed": seed,
-                        "tracking.run_name": f"{entry.roles[0]} seed {seed}",
-                        "tracking.keep_arrays": True,  # DeLong's test reads the predictions
-                    }
-                )
-                tags = {
-                    "suite.papers": ",".join(
-                        dict.fromkeys(r.split("/", 1)[0] for r in entry.roles)
-                    ),
-                    "suite.roles": ",".join(entry.roles),
-                    "suite.claims": ",".join(dict.fromkeys(entry.claims)),
-                    "suite.profile": profile,
-                }
-                record.results[seed] = execute(
-                    config, parent_run_id=parent.run_id if parent else None, extra_tags=tags
-                )
-                bar.update()
-            records[key] = record
+        bar = progress_bar(total=len(todo), desc=desc, unit="run", enabled=progress)
+        run_jobs(todo, workers, parent.run_id if parent else None, done, bar)
         bar.close()
-        outcomes = [judge(spec, profile, claim_ids, records, where) for spec in specs]
-    except BaseException:
+        book = NoiseBook(store.read_noise(directory) if directory else {}, predictions=True)
+        outcomes = [judge(spec, profile, claim_ids, records, where, book) for spec in specs]
+    except BaseException as exc:
         if parent:
-            parent.fail()
+            end_parent(parent, exc)
         raise
+    duration = round(time.perf_counter() - started, 3)
+    if directory is not None:
+        store.write_noise(directory, {**book.stored, **book.entries})
+        store.write_manifest(directory, parent.run_id if parent else None, duration)
     return Reproduction(
         profile,
         outcomes,
@@ -297,8 +496,80 @@ def reproduce(
         overrides,
         parent.run_id if parent else None,
         parent.uri if parent else None,
-        round(time.perf_counter() - started, 3),
+        duration,
     )
+
+
+def _regenerate(
+    profile: str,
+    specs: list[ReproductionSpec],
+    claim_ids: list[str] | None,
+    planned: dict[str, PlannedRun],
+    where: dict[tuple[str, str], str],
+    jobs: list[Job],
+    overrides: dict[str, Any],
+    directory: str | Path,
+) -> Reproduction:
+    """The reproduction judged on the stored results under ``directory``, training none."""
+    from suite.reproduce import store
+
+    found, missing = stored_results(jobs, Path(directory))
+    if missing:
+        first = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ConfigError(
+            f"--from-results {directory}: no stored result for {first.label} "
+            f"(expected {store.result_file(directory, first.key, first.seed)}){more}"
+        )
+    seeds = list(dict.fromkeys(j.seed for j in jobs))
+    records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
+    for (key, seed), result in found.items():
+        records[key].results[seed] = result
+    book = NoiseBook(store.read_noise(directory), predictions=False)
+    outcomes = [judge(spec, profile, claim_ids, records, where, book) for spec in specs]
+    manifest = store.read_manifest(directory)
+    return Reproduction(
+        profile,
+        outcomes,
+        seeds,
+        overrides,
+        manifest.get("mlflow_run_id"),
+        None,
+        float(manifest.get("duration_s", 0.0)),
+    )
+
+
+class NoiseBook:
+    """The DeLong noise of AUC pairs by config hashes and seed: computed from the runs'
+    kept predictions where they are here (``predictions``), else read from the stored
+    entries; every entry asked for is kept in :attr:`entries` (to be stored)."""
+
+    def __init__(self, stored: dict[NoiseKey, PairNoise], predictions: bool) -> None:
+        self.stored = stored
+        self.predictions = predictions
+        self.entries: dict[NoiseKey, PairNoise] = {}
+
+    def lookup(self, runs: dict[str, RunRecord]) -> NoiseLookup:
+        """A :data:`NoiseLookup` over one paper's runs (run id -> record)."""
+
+        def kept(run_id: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+            return runs[run_id].test_predictions(seed) if self.predictions else None
+
+        seeds = sorted({s for rec in runs.values() for s in rec.seeds})
+        computed = noise_from_predictions(kept, seeds)
+
+        def lookup(left: str, right: str, seed: int) -> PairNoise | None:
+            key = (
+                runs[left].config.config_hash(),
+                runs[right].config.config_hash() if right else "",
+                seed,
+            )
+            found = computed(left, right, seed) or self.stored.get(key)
+            if found is not None:
+                self.entries[key] = found
+            return found
+
+        return lookup
 
 
 def judge(
@@ -307,17 +578,16 @@ def judge(
     claim_ids: list[str] | None,
     records: dict[str, RunRecord],
     where: dict[tuple[str, str], str],
+    book: NoiseBook | None = None,
 ) -> PaperOutcome:
-    """The paper's claims judged on its runs' per-seed figures."""
+    """The paper's claims judged on its runs' per-seed figures (the test-set noise of AUC
+    figures from ``book``; from the runs' predictions when it is None)."""
     runs = {
         run_id: records[where[(spec.paper, run_id)]]
         for run_id in needed_runs(spec, profile, claim_ids)
     }
     figures: SeedFigures = {rid: rec.per_seed for rid, rec in runs.items()}
-
-    def predictions(run_id: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
-        return runs[run_id].test_predictions(seed)
-
+    noise = (book or NoiseBook({}, predictions=True)).lookup(runs)
     families = {f: list(ms) for f, ms in spec.profiles[profile].families.items()}
     claims, fits, cache = [], {}, {}
     for claim in selected_claims(spec, profile, claim_ids):
@@ -326,7 +596,7 @@ def judge(
             fits.update(found)
             claims.append(outcome)
         else:
-            outcome = evaluate(claim, figures, predictions)
+            outcome = evaluate(claim, figures, noise)
             claims.append(replace(outcome, timing=is_timing(claim, runs)))
     return PaperOutcome(spec, profile, runs, claims, fits)
 
@@ -345,8 +615,8 @@ def finish_tracking(
     reproduction: Reproduction, files: list[str], summary: dict[str, float]
 ) -> None:
     """Log the report and plots on the reproduction's parent run and close it."""
-    if not reproduction.mlflow_run_id:
-        return
+    if not reproduction.mlflow_run_id or not reproduction.tracking_uri:
+        return  # tracking off, or a report regenerated from stored results
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=reproduction.tracking_uri)
@@ -364,3 +634,51 @@ def default_report_dir(profile: str) -> str:
     """Reports go to an ignored directory unless ``--out`` names another (such as the
     checked-in reference ``results/<profile>``)."""
     return f"results/reproduce/{profile}"
+
+
+def rerun(
+    profile: str, target: str, seed: int, report_dir: str | Path, overrides: dict[str, Any]
+) -> list[str]:
+    """Train the one job ``target`` (``paper/run``) under ``seed`` again and compare it with
+    its stored result bit for bit: every metric but the measured ones (timings), the data
+    fingerprint and the test logits' digest. Returns the differences (none: identical)."""
+    from suite.reproduce.store import read_result, result_file, with_digest
+
+    paper, _, run_id = target.partition("/")
+    spec = load_spec(paper)
+    if profile not in spec.profiles:
+        raise ConfigError(f"--rerun {target}: paper {paper!r} has no profile {profile!r}")
+    runs = spec.run_ids(profile)
+    if run_id not in runs:
+        raise ConfigError(f"--rerun {target}: expected one of {', '.join(runs)} after {paper}/")
+    config = run_config(spec, profile, run_id, overrides)
+    key = config.config_hash()
+    (job,) = plan_jobs({key: PlannedRun(config, [target])}, [seed], profile)
+    stored = read_result(report_dir, key, job.config)
+    if stored is None:
+        path = result_file(report_dir, key, seed)
+        raise ConfigError(f"--rerun {target} --seed {seed}: no stored result at {path}")
+    return differences(stored, with_digest(run_job(job, None)), job.config)
+
+
+def differences(stored: TaskResult, now: TaskResult, config: RunConfig) -> list[str]:
+    """What differs between two results of one job (``config``): ``name: stored X, now Y``
+    for each metric (measured ones left out), the data fingerprint and the test logits'
+    digest."""
+    from suite.reproduce.store import LOGITS_DIGEST
+
+    record = RunRecord("", config, [])
+    out = []
+    for name in sorted(set(stored.metrics) | set(now.metrics)):
+        if record.metric_kind(name) == "measured":
+            continue
+        a, b = stored.metrics.get(name), now.metrics.get(name)
+        if a is None or b is None or (a != b and not (math.isnan(a) and math.isnan(b))):
+            out.append(f"{name}: stored {a!r}, now {b!r}")
+    for label, x, y in (
+        ("data fingerprint", stored.data_fingerprint, now.data_fingerprint),
+        ("test logits sha256", stored.details.get(LOGITS_DIGEST), now.details.get(LOGITS_DIGEST)),
+    ):
+        if x != y:
+            out.append(f"{label}: stored {x}, now {y}")
+    return out

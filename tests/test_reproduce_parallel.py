@@ -1,0 +1,189 @@
+"""Reproductions on worker processes, their run results stored: resumable, regenerable."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from suite.cli import main
+from suite.reproduce.report import comparable
+from suite.reproduce.store import LOGITS_DIGEST, NOISE_FILE, RUNS_DIR
+from suite.results import TaskResult
+from tests.conftest import TINY_DATA, tracking_uri
+
+SETS = [f"--set=dataset.options.{k}={v}" for k, v in TINY_DATA.items()]
+SETS += ["--set=train.batch_size=128", "--set=train.max_steps=15"]
+SETS += ["--set=tracking.log_model=never"]  # not part of a run's identity; saves seconds
+AUC_PAIR = ["--paper", "qr", "--claim", "qr-above-hash-2"]  # two runs, DeLong on each seed
+ONE_RUN = ["--paper", "dlrm"]  # one run, five seeds
+
+
+def reproduce(out: Path, uri: str, which: list[str], *extra: str) -> int:
+    args = ["reproduce", *which, "--quiet", "--out", str(out), "--tracking-uri", uri, *SETS]
+    return main([*args, *extra])
+
+
+def body(report: str) -> str:
+    """The report without timings, run ids and its command row (which names --out); the
+    header table's padding follows the command's length."""
+    text = re.sub(r"^\| command .*$", "", comparable(report), flags=re.M)
+    return re.sub(r"-{3,}", "---", re.sub(r" {2,}", " ", text))
+
+
+def stored(out: Path) -> dict[str, TaskResult]:
+    """``<config hash>/seed-<n>`` -> the stored result."""
+    files = sorted((out / RUNS_DIR).glob("*/seed-*.json"))
+    return {f"{p.parent.name}/{p.stem}": TaskResult.read(p) for p in files}
+
+
+def figures(result: TaskResult) -> dict[str, float]:
+    """A result's metrics that must match bit for bit (measured ones, timings, left out)."""
+    from suite.registry import TASKS
+    from suite.results import find_metric
+
+    specs = TASKS.get(result.task).metrics
+    kept = {}
+    for name, value in result.metrics.items():
+        spec = find_metric(specs, name)
+        if spec is None or spec.kind != "measured":
+            kept[name] = value
+    assert "test_auc" in kept
+    return kept
+
+
+def children(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("reproduce-quick")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+
+
+def parents(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("reproduce-quick")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    return sorted(
+        (r for r in runs if r.data.tags.get("suite.reproduction") == "true"),
+        key=lambda r: r.info.start_time,
+    )
+
+
+@pytest.mark.slow  # two spawned workers each import torch and the suite (~15 s on 2 cores)
+def test_two_workers_give_the_sequential_metrics_report_and_noise(tmp_path: Path) -> None:
+    uri = tracking_uri(tmp_path)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert reproduce(one, uri, AUC_PAIR, "--workers", "1") == 0
+    assert reproduce(two, uri, AUC_PAIR, "--workers", "2") == 0
+    first, second = stored(one), stored(two)
+    assert len(first) == 10 and first.keys() == second.keys()  # 2 runs x 5 seeds
+    for name, result in first.items():
+        assert figures(result) == figures(second[name]), name
+        assert result.details[LOGITS_DIGEST] == second[name].details[LOGITS_DIGEST]
+        assert result.config_hash == second[name].config_hash
+    assert len({r.details[LOGITS_DIGEST] for r in first.values()}) == 10  # seeds do differ
+    assert body((one / "REPORT.md").read_text()) == body((two / "REPORT.md").read_text())
+    noise = json.loads((one / RUNS_DIR / NOISE_FILE).read_text())
+    assert noise == json.loads((two / RUNS_DIR / NOISE_FILE).read_text())
+    assert len(noise["pairs"]) == 5 and all(p["variance"] > 0 for p in noise["pairs"])
+    # the workers' runs nest under the second parent, which finished
+    last = parents(uri)[-1]
+    assert last.info.status == "FINISHED"
+    nested = [c for c in children(uri) if c.data.tags["mlflow.parentRunId"] == last.info.run_id]
+    assert len(nested) == 10 and all(c.info.status == "FINISHED" for c in nested)
+    assert sorted({c.data.tags["suite.pid"] for c in nested}) != [last.data.tags["suite.pid"]]
+
+
+@pytest.mark.slow  # two reproductions (5 + 3 jobs): ~30-70 s on 2 shared cores
+def test_a_killed_reproduction_reruns_only_the_missing_and_bad_jobs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = tracking_uri(tmp_path)
+    out = tmp_path / "report"
+    assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
+    before = stored(out)
+    names = sorted(before)
+    files = {n: out / RUNS_DIR / f"{n}.json" for n in names}
+    (files[names[0]]).unlink()  # killed before it finished
+    files[names[1]].write_text('{"schema_version": 1, "task": "acc')  # half-written
+    other = json.loads(files[names[2]].read_text())
+    other["config_hash"] = "0" * 16  # another config's result
+    files[names[2]].write_text(json.dumps(other))
+    kept = {n: files[n].stat().st_mtime_ns for n in names[3:]}
+    capsys.readouterr()
+
+    assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
+    err = capsys.readouterr().err
+    assert f"{files[names[1]]}: not a stored run result" in err
+    assert f"{files[names[2]]}: holds config {'0' * 16}" in err
+    assert {n: files[n].stat().st_mtime_ns for n in names[3:]} == kept  # reused, not rewritten
+    after = stored(out)
+    assert after.keys() == before.keys()
+    for name in names:
+        shared = figures(after[name]).keys() & figures(before[name]).keys()
+        assert {k: after[name].metrics[k] for k in shared} == {
+            k: before[name].metrics[k] for k in shared
+        }, name
+        assert after[name].details[LOGITS_DIGEST] == before[name].details[LOGITS_DIGEST]
+    last = parents(uri)[-1]
+    nested = [c for c in children(uri) if c.data.tags["mlflow.parentRunId"] == last.info.run_id]
+    assert sorted(c.info.run_name for c in nested) == sorted(
+        f"dlrm/full seed {n.rsplit('-', 1)[1]}" for n in names[:3]
+    )
+
+
+@pytest.mark.slow  # a reproduction of 10 jobs: ~40 s on 2 shared cores
+def test_from_results_regenerates_the_report_without_training(tmp_path: Path) -> None:
+    uri = tracking_uri(tmp_path)
+    out = tmp_path / "report"
+    assert reproduce(out, uri, AUC_PAIR, "--workers", "1") == 0
+    trained = (out / "REPORT.md").read_text()
+    runs_before = len(children(uri))
+    (out / "REPORT.md").unlink()
+    for arrays in Path("results/runs").rglob("*.npz"):
+        arrays.unlink()  # no predictions: DeLong's figures come from the stored noise
+    assert reproduce(out, uri, AUC_PAIR, "--from-results") == 0
+    regenerated = (out / "REPORT.md").read_text()
+    assert body(regenerated) == body(trained)
+    assert "DeLong" in regenerated and "--from-results" in regenerated
+    assert len(children(uri)) == runs_before and len(parents(uri)) == 1  # nothing trained
+
+    victim = sorted((out / RUNS_DIR).glob("*/seed-3.json"))[0]
+    victim.unlink()
+    assert reproduce(out, uri, AUC_PAIR, "--from-results", str(out)) == 2
+    assert len(children(uri)) == runs_before
+
+
+def test_from_results_names_the_missing_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert reproduce(tmp_path / "empty", tracking_uri(tmp_path), ONE_RUN, "--from-results") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no stored result for dlrm/full seed 0" in err[0]
+
+
+def test_rerun_of_a_stored_job_is_identical_and_a_changed_one_is_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = tracking_uri(tmp_path)
+    out = tmp_path / "report"
+    assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
+    capsys.readouterr()
+    rerun = ["--rerun", "dlrm/full", "--seed", "2"]
+    assert reproduce(out, uri, ONE_RUN, *rerun) == 0
+    assert "dlrm/full seed 2: identical" in capsys.readouterr().out
+    (path,) = (out / RUNS_DIR).glob("*/seed-2.json")
+    result = TaskResult.read(path)
+    auc = result.metrics["test_auc"]
+    result.metrics["test_auc"] = auc + 1e-12
+    result.write(path)
+    assert reproduce(out, uri, ONE_RUN, *rerun) == 1
+    printed = capsys.readouterr().out
+    assert f"test_auc: stored {auc + 1e-12!r}, now {auc!r}" in printed
+    assert "test logits sha256" not in printed
