@@ -94,8 +94,10 @@ def lint(session: nox.Session) -> None:
 def reproduce(session: nox.Session) -> None:
     """The suite's main job on the built-in synthetic data (CPU), five seeds per run.
 
-    Writes results/reproduce/<profile>/ (ignored by git). Refresh the checked-in reference
-    report on purpose with ``nox -s reproduce -- --out results/quick``.
+    Writes results/reproduce/<profile>/ (ignored by git), its run results under runs/ (a
+    killed session resumes; ``-- --from-results`` regenerates the report without training).
+    Jobs run on one worker process per core (``-- --workers 1``: one at a time). Refresh
+    the checked-in reference report on purpose with ``nox -s reproduce -- --out results/quick``.
     """
     install_suite(session)
     args = session.posargs
