@@ -324,8 +324,9 @@ def _entry(
     given = [kw.value for kw in call.keywords if kw.arg == "description"] + call.args[1:2]
     description = ast.literal_eval(given[0]) if given else None
     if not description:
-        doc = (ast.get_docstring(node, clean=False) or "").strip().splitlines()
-        description = doc[0] if doc else ""
+        from suite.registry import first_sentence
+
+        description = first_sentence(ast.get_docstring(node, clean=False) or "")
     found = _class_attr(loader, module, node.name, "Options")
     if found is None:
         options_cls = loader.load(*_DEFAULT_OPTIONS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import signal
 import sys
@@ -27,7 +28,27 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+"""Exit status when the reader of stdout went away (``suite list | head``): what the shell
+reports for any Unix tool the kernel's SIGPIPE ends (``yes | head``: 141)."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``suite`` command; its exit status. A closed stdout pipe ends it quietly
+    with :data:`EXIT_BROKEN_PIPE`, an interruption with ``128 + signal`` and a resume hint."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not as a traceback at exit
+    except BrokenPipeError:
+        # Python's recipe: point stdout at devnull so the exit-time flush has nowhere to fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -40,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a run
+        from suite.runs.signals import interrupted_message
+        from suite.tracking import resolve_tracking_uri
+
         signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        print(interrupted_message(exc, resolve_tracking_uri(None)), file=sys.stderr)
         return 128 + signum
 
 

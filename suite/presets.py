@@ -7,10 +7,11 @@ accepts as they are and that the ``scaling`` task lays over a run's own config.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from suite.errors import ConfigError, SuiteError
-from suite.registry import did_you_mean, unknown_name_message
+from suite.registry import did_you_mean, first_sentence, unknown_name_message
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -33,9 +34,10 @@ def preset_path(name: str, kind: str = "models") -> Path:
 
 
 def preset_description(name: str, kind: str = "models") -> str:
-    """The preset's first comment line (every preset file starts with one)."""
-    first = preset_path(name, kind).read_text(encoding="utf-8").splitlines()[:1]
-    return first[0].lstrip("# ").strip() if first and first[0].startswith("#") else ""
+    """The first sentence of the preset's opening comment (every preset file starts with one)."""
+    lines = preset_path(name, kind).read_text(encoding="utf-8").splitlines()
+    comment = itertools.takewhile(lambda line: line.startswith("#"), lines)
+    return first_sentence(" ".join(line.lstrip("# ") for line in comment))
 
 
 def resolve_config_file(value: str | Path) -> Path:

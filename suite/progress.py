@@ -32,6 +32,35 @@ class _Lines:
         self.stream.flush()
 
 
+class _LogBar(tqdm):
+    """A tqdm bar for a log: a line when an update finds :data:`LOG_INTERVAL_S` gone since
+    the last one, and one final line at close (with the rate and ETA tqdm computes). No line
+    for the empty bar at the start, none forced by ``set_postfix``/``set_postfix_str`` (the
+    next timed line shows the postfix), no monitor thread, and no final line repeating the
+    last one."""
+
+    monitor_interval = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._shown_n: float | None = None
+        self._opened = False
+        super().__init__(*args, **kwargs)
+        self._opened = True
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        closing = self.disable  # tqdm.close() sets ``disable`` before its last display
+        if not self._opened or (closing and self.n == self._shown_n):
+            return True
+        self._shown_n = self.n
+        return bool(super().display(msg, pos))
+
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool = False, **kwargs: Any) -> None:
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+
+    def set_postfix_str(self, s: str = "", refresh: bool = False) -> None:
+        super().set_postfix_str(s, refresh=False)
+
+
 def is_terminal(stream: IO[str] | None = None) -> bool:
     stream = stream or sys.stderr
     forced = os.environ.get("RECSUITE_PROGRESS")
@@ -52,10 +81,11 @@ def progress_bar(
 ) -> tqdm:
     """A tqdm bar (rate and ETA). Disabled when ``enabled`` is false or
     ``RECSUITE_PROGRESS=0``; on a non-terminal stderr it writes a line every
-    :data:`LOG_INTERVAL_S` seconds and at the end, never ``\\r`` updates."""
+    :data:`LOG_INTERVAL_S` seconds at most and one at the end, never ``\\r`` updates."""
     disabled = not enabled or os.environ.get("RECSUITE_PROGRESS") == "0"
     options: dict[str, Any] = {"dynamic_ncols": True}
-    if not disabled and not is_terminal():
+    log = not disabled and not is_terminal()
+    if log:
         options = {
             "file": _Lines(sys.stderr),
             "mininterval": LOG_INTERVAL_S,
@@ -65,4 +95,6 @@ def progress_bar(
             "leave": True,
         }
     options = {"leave": leave, **options, **kwargs}
-    return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disabled, **options)
+    return (_LogBar if log else tqdm)(
+        iterable, total=total, desc=desc, unit=unit, disable=disabled, **options
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,14 @@ def did_you_mean(name: str, valid: Iterable[str]) -> str:
     """
     close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph on one line: a docstring summary
+    wrapped over two lines stays whole (``e.g.``, ``i.e.`` and dotted names do not end it)."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    end = re.search(r"(?<!\be\.g\.)(?<!\bi\.e\.)(?<=[.!?])\s+(?=[A-Z`(\"'])", paragraph)
+    return paragraph[: end.start()] if end else paragraph
 
 
 def unknown_name_message(kind: str, name: str, valid: Iterable[str]) -> str:
@@ -75,7 +84,7 @@ class Registry(Generic[T]):
     def register(self, name: str, description: str | None = None) -> Callable[[T], T]:
         """Decorator registering class ``obj`` under ``name``, which it also sets as
         ``obj.registered_name`` (the one place a name is written). The description
-        defaults to the first line of its docstring."""
+        defaults to the first sentence of its docstring."""
 
         def decorate(obj: T) -> T:
             if name in self._entries and self._entries[name].obj is not obj:
@@ -85,8 +94,7 @@ class Registry(Generic[T]):
                 raise SuiteError(f"{self.kind} {name!r} must be a subclass of {base.__name__}")
             if isinstance(obj, type):
                 obj.registered_name = name  # type: ignore[attr-defined]
-            doc = description or (getattr(obj, "__doc__", None) or "").strip().splitlines()
-            text = doc if isinstance(doc, str) else (doc[0] if doc else "")
+            text = description or first_sentence(getattr(obj, "__doc__", None) or "")
             self._entries[name] = Entry(name, obj, text)
             return obj
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from typing import Any
 
 from suite.commands.common import ConfigDefaultsFormatter
 
@@ -17,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="A and B are each a result JSON (single or multi-seed), an MLflow run id "
         "(a run or a multi-seed parent), a config hash or a group hash (the config without "
         "its seed, shared by its seeds). Runs are paired by seed; each metric gets the mean "
-        "difference A - B with its 95%% t interval, the paired p-value and a verdict. One "
+        "difference A - B with its 95% t interval, the paired p-value and a verdict. One "
         "seed is 'not measurable': run both with --seeds.",
     )
     parser.add_argument("a", metavar="A", help="the first runs")
@@ -52,10 +53,30 @@ def handle(args: argparse.Namespace) -> int:
         f"  {'metric':<{width}} {'A':>11} {'B':>11} {'A - B':>11}  {'95% CI':<25} {'p':>7}  verdict"
     )
     for row in table.itertuples():
-        ci = "n/a" if math.isnan(row.low) else f"[{row.low:+.4g}, {row.high:+.4g}]"
+        a, b, difference, ci = comparison_cells(row.metric, row)
         p = "n/a" if math.isnan(row.p_value) else f"{row.p_value:.3g}"
         print(
-            f"  {row.metric:<{width}} {row.a_mean:>11.6g} {row.b_mean:>11.6g} "
-            f"{row.difference:>+11.4g}  {ci:<25} {p:>7}  {row.verdict}"
+            f"  {row.metric:<{width}} {a:>11} {b:>11} {difference:>11}  {ci:<25} {p:>7}  {row.verdict}"
         )
     return 0
+
+
+def comparison_cells(name: str, row: Any) -> tuple[str, str, str, str]:
+    """A row's A, B, A - B and CI cells in the suite's one number format
+    (:mod:`suite.units`): bytes in binary units; other figures to the decimal place of the
+    CI half-width's second significant digit."""
+    from suite.units import decimals_for, format_metric
+
+    places = None if math.isnan(row.low) else decimals_for((row.high - row.low) / 2)
+    ci = (
+        "n/a"
+        if math.isnan(row.low)
+        else f"[{format_metric(name, row.low, places, plus=True)}, "
+        f"{format_metric(name, row.high, places, plus=True)}]"
+    )
+    return (
+        format_metric(name, row.a_mean, places),
+        format_metric(name, row.b_mean, places),
+        format_metric(name, row.difference, places, plus=True),
+        ci,
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from suite.commands.common import ConfigDefaultsFormatter
 from suite.errors import ConfigError
 
 KINDS = ["models", "embeddings", "datasets", "tasks", "presets"]
+DESCRIPTION_WIDTH = 100
+"""Columns an entry's description wraps at in text output (words are never cut)."""
 ALIASES = {"embedding-methods": "embeddings", "methods": "embeddings", "backbones": "models"}
 
 
@@ -109,26 +112,59 @@ def prepared_status(entry: Any, cache_dir: str | None) -> dict[str, Any]:
     return {"default": (default / "manifest.json").is_file(), "caches": caches, "root": str(root)}
 
 
+def no_match_message(pattern: str, kinds: list[str], cache_dir: str | None) -> str:
+    """The one-line error for a name or glob that matches no entry of ``kinds``, with the
+    closest name or kind as a suggestion."""
+    from suite.registry import did_you_mean
+
+    everything = listing(list(KINDS), "*", cache_dir)
+    names = {row["name"]: kind for kind, rows in everything.items() for row in rows}
+    words = [*KINDS, *(k.removesuffix("s") for k in KINDS), *ALIASES, *names]
+    suggestion = did_you_mean(pattern, words)
+    where = "any kind" if kinds == KINDS else ", ".join(kinds)
+    elsewhere = names.get(pattern)
+    if elsewhere and elsewhere not in kinds:
+        suggestion = f" {pattern!r} is in {elsewhere} (`suite list {elsewhere} {pattern}`)."
+    return (
+        f"suite list: no entry of {where} matches {pattern!r}.{suggestion} "
+        f"Kinds: {', '.join(KINDS)}; `suite list` shows every name"
+    )
+
+
 def handle(args: argparse.Namespace) -> int:
     kinds, pattern = parse_what(args.what)
     data = listing(kinds, pattern, args.cache_dir)
+    if pattern != "*" and not any(data.values()):
+        raise ConfigError(no_match_message(pattern, kinds, args.cache_dir))
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
+    named_kinds = any(kind_of(word) for word in args.what)
     for kind, rows in data.items():
+        if not rows and not named_kinds:
+            continue  # a name asked of every kind: only the kinds it is in
         print(f"{kind}:")
         if not rows:
             print(f"  (none matching {pattern!r})")
         for row in rows:
             print_row(kind, row)
         print()
-    if "presets" in data:
+    if data.get("presets"):
         print("Use a preset by name: suite run --config wukong-s")
     return 0
 
 
 def print_row(kind: str, row: dict[str, Any]) -> None:
-    print(f"  {row['name']}  {row['description']}")
+    """One entry: its name and whole description (wrapped, never cut), then its options."""
+    print(
+        textwrap.fill(
+            f"{row['name']}  {row['description']}",
+            width=DESCRIPTION_WIDTH,
+            initial_indent="  ",
+            subsequent_indent="      ",
+            break_on_hyphens=False,
+        )
+    )
     for option in row.get("options", []):
         default = "(required)" if option["required"] else json.dumps(option["default"])
         if len(default) > 80:  # long lists stay whole in --json

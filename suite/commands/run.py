@@ -91,9 +91,10 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def print_multiseed(agg) -> None:  # noqa: ANN001
-    from suite.units import format_metric
+    """A mean ± std table (sample std, ddof=1) with each seed's figure, each metric's
+    figures to the decimal place of its std's second significant digit."""
+    from suite.units import decimals_for, format_metric, format_spread
 
-    """A mean ± std table (sample std, ddof=1) with each seed's figure."""
     print(
         f"{agg.task} {agg.model}/{agg.embedding} on {agg.dataset} over seeds "
         f"{', '.join(map(str, agg.seeds))} (config {agg.config_hash}, data {agg.data_fingerprint[:12]})"
@@ -103,9 +104,12 @@ def print_multiseed(agg) -> None:  # noqa: ANN001
     print(f"  {'metric':<{width}} {'mean':>12}   {'± std':<12} {seeds}")
     for name, mean in agg.mean.items():
         std = agg.std.get(name)
-        spread = f"± {format_metric(name, std)}" if std is not None else "± n/a"
-        values = "  ".join(f"{format_metric(name, r.metrics[name]):>12}" for r in agg.per_seed)
-        print(f"  {name:<{width}} {format_metric(name, mean):>12}   {spread:<12} {values}")
+        places = decimals_for(std)
+        spread = format_spread(name, std, places)
+        values = "  ".join(
+            f"{format_metric(name, r.metrics[name], places):>12}" for r in agg.per_seed
+        )
+        print(f"  {name:<{width}} {format_metric(name, mean, places):>12}   {spread:<12} {values}")
     rule = agg.checkpoint["rule"]
     steps = ", ".join(
         f"{c['seed']}:{c['step']}" for c in agg.checkpoint["per_seed"] if c["step"] is not None

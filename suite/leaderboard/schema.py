@@ -247,6 +247,8 @@ def loads_strict(text: str) -> Any:
 def read_text_limited(path: Path, limit: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of a regular file of at most ``limit`` bytes."""
     try:
+        if not path.exists():
+            raise SubmissionFileError(path, "does not exist")
         if not path.is_file():
             raise SubmissionFileError(path, "not a regular file")
         size = path.stat().st_size

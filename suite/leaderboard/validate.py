@@ -505,11 +505,21 @@ def validate(
                     label_of(path, root),
                     "(verification)",
                     "unverified: no re-run has reproduced it yet; it is shown as unverified "
-                    f"until `suite leaderboard verify {label_of(path, root)} --record` passes",
+                    f"until `suite leaderboard verify {shell_path(path)} --record` passes",
                     UNVERIFIED,
                 )
             )
     return report
+
+
+def shell_path(path: Path) -> str:
+    """``path`` as a command typed here takes it: relative to the working directory when
+    under it (``leaderboard/submissions/x.json`` from the repository root), else absolute."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(resolved)
 
 
 def label_of(path: Path, root: Path) -> str:

@@ -27,7 +27,7 @@ from suite.environment import environment
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_text_atomic
 from suite.results import RESULT_SCHEMA_VERSION, TaskResult, now_iso
-from suite.runs.signals import interruptible, interruption
+from suite.runs.signals import interruptible, interruption, note_killed_run
 from suite.runs.single import FINGERPRINT_CHARS, execute, log_data_input, preflight, run_tags
 from suite.tracking import Tracker, flatten
 
@@ -245,6 +245,7 @@ def _execute_seeds(
                 signal_name = interruption(exc)
                 if signal_name:
                     parent.kill(f"{signal_name} during the multi-seed run")
+                    note_killed_run(exc, parent.run_id, parent.uri, None)
                 else:
                     parent.fail()
         raise

@@ -36,6 +36,35 @@ def interruption(exc: BaseException) -> str | None:
     return None
 
 
+def note_killed_run(exc: BaseException, run_id: str, uri: str, resumable: bool | None) -> None:
+    """Remember on ``exc`` that it ended MLflow run ``run_id`` KILLED (innermost run first:
+    a multi-seed run's seed, then its parent), for :func:`interrupted_message`.
+    ``resumable``: it holds a checkpoint; ``None`` for a run ``suite resume`` does not take."""
+    runs = getattr(exc, "killed_runs", [])
+    exc.killed_runs = [*runs, (run_id, uri, resumable)]  # type: ignore[attr-defined]
+
+
+def interrupted_message(exc: BaseException, default_uri: str | None = None) -> str:
+    """``interrupted by SIGINT: MLflow run <id> ended KILLED; resume it ...: suite resume <id>``.
+
+    The resume command names ``--tracking-uri`` unless the run's store is ``default_uri``;
+    a run that wrote no checkpoint says so instead of offering a resume that would fail."""
+    text = f"interrupted by {interruption(exc) or 'SIGINT'}"
+    runs = getattr(exc, "killed_runs", [])
+    if not runs:
+        return text
+    run_id, uri, resumable = runs[0]
+    text += f": MLflow run {run_id} ended KILLED"
+    if len(runs) > 1:
+        text += f" (a seed of multi-seed run {runs[-1][0]}, also KILLED)"
+    if resumable is None:
+        return text
+    if not resumable:
+        return text + "; it wrote no checkpoint to resume from (set train.checkpoint_every)"
+    store = "" if uri == default_uri else f" --tracking-uri {uri}"
+    return text + f"; resume it from its last checkpoint with: suite resume {run_id}{store}"
+
+
 def _raise(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 

@@ -23,7 +23,7 @@ from suite.errors import ConfigError, SuiteError
 from suite.models.base import RecModel
 from suite.results import ARRAYS_DETAIL, TaskResult, now_iso, write_arrays
 from suite.runs.checks import check_memory, check_output_path
-from suite.runs.signals import interruptible, interruption
+from suite.runs.signals import interruptible, interruption, note_killed_run
 from suite.tasks.base import RunContext, Task
 from suite.tracking import Tracker, flatten, resolve_tracking_uri, sqlite_path
 
@@ -243,6 +243,8 @@ def _execute(
                     signal_name = interruption(exc)
                     if signal_name:
                         tracker.kill(f"{signal_name} during the run")
+                        saved = bool(checkpoints and checkpoints.has_checkpoints())
+                        note_killed_run(exc, tracker.run_id, tracker.uri, saved)
                     else:
                         tracker.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
                         tracker.fail()
