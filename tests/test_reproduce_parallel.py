@@ -187,3 +187,29 @@ def test_rerun_of_a_stored_job_is_identical_and_a_changed_one_is_not(
     printed = capsys.readouterr().out
     assert f"test_auc: stored {auc + 1e-12!r}, now {auc!r}" in printed
     assert "test logits sha256" not in printed
+
+
+def test_a_failing_job_leaves_the_parent_run_failed_not_running(tmp_path: Path) -> None:
+    uri = tracking_uri(tmp_path)
+    Path("blocker").write_text("a file where the results directory should be")
+    args = [*ONE_RUN, "--set=tracking.results_dir=blocker/runs"]
+    assert reproduce(tmp_path / "report", uri, args, "--workers", "1") == 2
+    (parent,) = parents(uri)
+    assert parent.info.status == "FAILED" and "blocker" in parent.data.tags["suite.error"]
+    assert not list((tmp_path / "report").glob("runs/*/seed-*.json"))
+
+
+def test_checked_in_profiles_keep_their_runs_and_the_default_directory_is_ignored() -> None:
+    import subprocess
+
+    from suite.reproduce.runner import default_report_dir
+
+    repo = Path(__file__).resolve().parents[1]
+
+    def ignored(path: str) -> bool:
+        found = subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", path])
+        return found.returncode == 0
+
+    assert not ignored("results/quick/runs/0123456789abcdef/seed-0.json")
+    assert not ignored("results/quick/runs/noise.json")
+    assert ignored(f"{default_report_dir('quick')}/runs/0123456789abcdef/seed-0.json")
