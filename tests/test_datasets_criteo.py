@@ -82,10 +82,10 @@ def test_dense_transform_missing_negative_log1p(tmp_path: Path) -> None:
     np.testing.assert_allclose(dense["train"][:, 1:12], math.log(2), rtol=1e-6)
 
 
-def test_ids_by_frequency_with_rare_and_missing(tmp_path: Path) -> None:
+def test_ids_by_first_appearance_with_rare_and_missing(tmp_path: Path) -> None:
     data = prepare(ids_file(tmp_path), "dlrm", min_count=2)
     sparse = every(data, "sparse")
-    # b x4 -> 2; a, c x3 (tie: by value) -> 3, 4; d x1 is rare -> 1; empty -> 0
+    # in order of first appearance: b -> 2, a -> 3, c -> 4; d x1 is rare -> 1; empty -> 0
     assert sparse["train"][:, 0].tolist() == [2, 2, 2, 2, 3, 3, 3, 4, 4, 4, 1, 0]
     assert sparse["test"][:, 0].tolist() == [1]  # e never seen in train: the rare id
     assert sparse["val"][:, 0].tolist() == [3]
@@ -103,8 +103,8 @@ def test_min_count_one_and_counting_all_rows(tmp_path: Path) -> None:
     assert ones.schema.cardinalities[0] == 6
     everything = prepare(raw, "dlrm", vocab_split="all")  # a gains one count (val row)
     sparse = every(everything, "sparse")
-    assert sparse["train"][:, 0].tolist() == [3, 3, 3, 3, 2, 2, 2, 4, 4, 4, 5, 0]
-    assert sparse["test"][:, 0].tolist() == [6]  # e counted now: d, e tie at 1 -> by value
+    assert sparse["train"][:, 0].tolist() == [2, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 0]
+    assert sparse["test"][:, 0].tolist() == [6]  # e counted now, first seen after d
 
 
 def test_table_size_cap(tmp_path: Path) -> None:
@@ -390,9 +390,9 @@ def test_keys_counter_and_vocabulary_units() -> None:
     counter = VocabCounter()
     for chunk in ([3, 1, 3], [2, 3], [1]):
         counter.add(np.array(chunk, dtype=np.uint64), np.ones(len(chunk), dtype=np.int64))
-    k, c = counter.finish()
-    assert k.tolist() == [1, 2, 3] and c.tolist() == [2, 1, 3]
-    vocab = Vocabulary.build(k, c, min_count=2)
+    k, c, first = counter.finish()
+    assert k.tolist() == [1, 2, 3] and c.tolist() == [2, 1, 3] and first.tolist() == [1, 3, 0]
+    vocab = Vocabulary.build(k, c, first, min_count=2)
     assert vocab.lookup(np.array([3, 1, 2, 99], dtype=np.uint64)).tolist() == [2, 3, 1, 1]
     assert vocab.size == 4
 

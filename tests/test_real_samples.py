@@ -19,11 +19,11 @@ from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.real_data
 
-# recorded with the suite before the manifest's format 2; the same raw files must keep them
+# recorded when ids became first-appearance order (issue 32); the same raw files must keep them
 FINGERPRINTS = {
-    "criteo": "01e40570bf462c4ff2ac750143a9e7c1e64d4da7f372b182a4c9d951915c9e06",
-    "avazu": "0b23268454dc2e088f8a13b10d206ac15e8c5fb61382213d5239e3640605e4c1",
-    "movielens": "a5cb79e702b9b9bc8d9531fb355a5b780c8ba3f83533ff20e50eaef40504b534",
+    "criteo": "3ee9be7f3677bb76ed4c752222953bed15c7cc3e464ac851b359f607526396c0",
+    "avazu": "7c6e5d08ddf68e60b2be6b44f7a7824a5c301768b3b3e48820bb691a6bede984",
+    "movielens": "5e80c6782b809e5216de0a15dbd5d785cc9cff9e8a2850d0287e2411674a5f3d",
 }
 SAMPLES = {
     # dataset, raw path, protocol, options, expected rows read

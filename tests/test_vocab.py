@@ -97,7 +97,7 @@ def test_vocabulary_lookup(monkeypatch: pytest.MonkeyPatch, hashed_from: int) ->
     rng = np.random.default_rng(0)
     keys = np.unique(rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64))
     counts = rng.integers(1, 6, len(keys))
-    built = Vocabulary.build(keys, counts, min_count=3)
+    built = Vocabulary.build(keys, counts, rng.permutation(len(keys)), min_count=3)
     assert (built.buckets is not None) == (hashed_from == 1)
     assert built.distinct == len(keys) and built.frequent == (counts >= 3).sum()
     ids = dict(zip(built.keys.tolist(), built.ids.tolist(), strict=True))

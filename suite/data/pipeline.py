@@ -8,7 +8,8 @@
    at most 4 GiB) and go to flat files next to the output past it; nothing is parsed
    twice and no row is held in Python.
 2. **count**: the split rule learns its totals; each chunk's train rows are counted per
-   local index (``bincount``) and merged into a sorted key/count vocabulary per feature.
+   local index (``bincount``), with the row where each index is first counted, and merged
+   into a sorted key/count/first-row vocabulary per feature (ids follow first appearance).
 3. **write**: each chunk's local indices go through a small per-chunk lookup table to the
    final contiguous ids, rows are routed to their splits and streamed into the
    :class:`~suite.data.prepared.PreparedWriter`, which fingerprints and publishes the
@@ -50,6 +51,7 @@ from suite.data.vocab import (
     Vocabulary,
     bucket_keys,
     encode_column,
+    first_rows,
     splitmix64,
     to_numpy,
 )
@@ -411,7 +413,7 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                     "missing": MISSING,
                     "rare": RARE,
                     "first_value": FIRST_ID,
-                    "order": "most frequent first, ties by value key",
+                    "order": "first appearance in the counted rows, in read order",
                 },
                 "vocab": {
                     name: {"size": v.size, "distinct": v.distinct, "frequent": v.frequent}
@@ -620,7 +622,8 @@ def _count(
 ) -> list[Vocabulary]:
     """Each feature's vocabulary over the counted rows: one task per feature over every
     chunk, largest first, so a long merge of one feature never holds the other workers
-    at a per-chunk barrier."""
+    at a per-chunk barrier. Each key's first row is its global position in read order
+    (the record's start plus its row in the chunk), so ids follow first appearance."""
     counted: list[tuple[_ChunkRecord, np.ndarray | None]] = []
     for record in spill.records:
         mask = None
@@ -646,11 +649,11 @@ def _count(
                     column if mask is None else column[mask], minlength=len(keys) + 1
                 )[1:]
                 seen = counts > 0
-                counter.add(keys[seen], counts[seen])
+                first = first_rows(column, len(keys), mask)[seen] + record.start
+                counter.add(keys[seen], counts[seen], first)
                 with lock:
                     bar.update(record.rows / num_sparse)
-            keys, counts = counter.finish()
-            return Vocabulary.build(keys, counts, options.min_count)
+            return Vocabulary.build(*counter.finish(), options.min_count)
 
         sizes = [sum(r.key_counts[f] for r in spill.records) for f in range(num_sparse)]
         largest_first = sorted(range(num_sparse), key=lambda f: -sizes[f])

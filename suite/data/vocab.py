@@ -12,12 +12,19 @@ Ids of one feature (the prepared arrays' contract):
 - ``0`` (``MISSING``): the field was empty;
 - ``1`` (``RARE``): seen fewer than ``min_count`` times in the counted rows, or never
   (values that occur only in validation/test rows);
-- ``2 ..``: the frequent values, most frequent first (ties broken by key), so the table
-  has ``2 + frequent`` rows.
+- ``2 ..``: the frequent values in order of first appearance in the counted rows (the
+  rows' order as the prepare reads them), so the table has ``2 + frequent`` rows.
+
+First appearance, as the DLRM reference (``data_utils.py``) numbers ids, rather than
+frequency: numbered by falling count, every hot value would get a low id, which favours the
+hashing trick (``id % m`` gives each hot id its own row) over QR (``id // c`` puts the
+``c`` hottest ids in one row) by construction. The counter keeps each key's first row (the
+minimum global row index, merged by ``min``), so the order is exact whatever the chunking.
 
 With a table-size cap, keys are first hashed into ``cap - 2`` buckets (the hashing trick,
-as the DLRM reference's ``max-ind-range``); buckets then get ids like values do, so the
-table never exceeds ``cap`` rows and counting memory is bounded by the cap too.
+as the DLRM reference's ``max-ind-range``); buckets then get ids like values do (in order
+of their first appearance), so the table never exceeds ``cap`` rows and counting memory is
+bounded by the cap too.
 """
 
 from __future__ import annotations
@@ -227,26 +234,72 @@ def bucket_keys(keys: np.ndarray, cap: int) -> np.ndarray:
     return splitmix64(keys) % np.uint64(cap - FIRST_ID)
 
 
+NEVER = np.iinfo(np.int64).max
+"""The first row of a key never counted."""
+
+
+def first_rows(shifted: np.ndarray, num_keys: int, mask: np.ndarray | None = None) -> np.ndarray:
+    """int64 ``[num_keys]``: the row of a chunk where each of its keys is first counted
+    (:data:`NEVER` for a key no counted row holds).
+
+    ``shifted [n]``: local indices plus one (0 missing), as ``encode_column``'s
+    ``local + 1``; ``mask`` bool ``[n]``: the counted rows (None: all). Unmasked, a chunk's
+    local indices come in order of first appearance (a dictionary encoding numbers values
+    as it meets them), so the running maximum steps by one exactly where each index first
+    occurs: one cheap pass. Anything else (a mask, another numbering) takes a scatter-min.
+    """
+    first = np.full(num_keys, NEVER, dtype=np.int64)
+    if len(shifted) == 0:
+        return first
+    if mask is None:
+        running = np.maximum.accumulate(shifted)
+        steps = np.flatnonzero(running[1:] != running[:-1]) + 1
+        if running[0]:
+            steps = np.concatenate(([0], steps))
+        top = int(running[-1])
+        if top == len(steps) and top <= num_keys:  # every step is +1: index v first at step v
+            first[:top] = steps
+            return first
+        rows = np.arange(len(shifted), dtype=np.int64)
+    else:
+        rows = np.flatnonzero(mask)
+        shifted = shifted[rows]
+    first = np.full(num_keys + 1, NEVER, dtype=np.int64)
+    np.minimum.at(first, shifted.astype(np.intp, copy=False), rows)
+    return first[1:]
+
+
 class VocabCounter:
-    """Distinct keys of one feature with their counts, as sorted numpy arrays.
+    """Distinct keys of one feature with their counts and first rows, as sorted numpy
+    arrays.
 
     ``add`` buffers chunks and merges them in batches, so a merge costs one sort of the
-    batch plus a linear pass over the vocabulary.
+    batch plus a linear pass over the vocabulary. Counts add up; first rows take the
+    minimum, so the result does not depend on how the rows were cut into chunks.
     """
 
     def __init__(self) -> None:
         self.keys = np.zeros(0, dtype=np.uint64)
         self.counts = np.zeros(0, dtype=np.int64)
+        self.first = np.zeros(0, dtype=np.int64)
         self._keys: list[np.ndarray] = []
         self._counts: list[np.ndarray] = []
+        self._first: list[np.ndarray] = []
         self._pending = 0
+        self._added = 0
 
-    def add(self, keys: np.ndarray, counts: np.ndarray) -> None:
-        """Add ``counts[i]`` occurrences of ``keys[i]`` (keys may repeat)."""
+    def add(self, keys: np.ndarray, counts: np.ndarray, first: np.ndarray | None = None) -> None:
+        """Add ``counts[i]`` occurrences of ``keys[i]`` (keys may repeat), first seen at
+        global row ``first[i]`` (int64 ``[k]``; None: each entry's position among all the
+        entries added so far, for a caller that adds in row order)."""
         if len(keys) == 0:
             return
+        if first is None:
+            first = self._added + np.arange(len(keys), dtype=np.int64)
+        self._added += len(keys)
         self._keys.append(np.asarray(keys, dtype=np.uint64))
         self._counts.append(np.asarray(counts, dtype=np.int64))
+        self._first.append(np.asarray(first, dtype=np.int64))
         self._pending += len(keys)
         if self._pending >= max(1 << 18, len(self.keys) // 8):
             self._merge()
@@ -254,32 +307,40 @@ class VocabCounter:
     def _merge(self) -> None:
         if not self._keys:
             return
-        keys, counts = reduce_counts(np.concatenate(self._keys), np.concatenate(self._counts))
-        self._keys, self._counts, self._pending = [], [], 0
+        keys, counts, first = reduce_counts(
+            np.concatenate(self._keys), np.concatenate(self._counts), np.concatenate(self._first)
+        )
+        self._keys, self._counts, self._first, self._pending = [], [], [], 0
         pos = np.searchsorted(self.keys, keys)
         hit = pos < len(self.keys)
         hit[hit] = self.keys[pos[hit]] == keys[hit]
-        self.counts[pos[hit]] += counts[hit]
+        at = pos[hit]
+        self.counts[at] += counts[hit]
+        self.first[at] = np.minimum(self.first[at], first[hit])
         new = ~hit
         if new.any():
             self.keys = np.insert(self.keys, pos[new], keys[new])
             self.counts = np.insert(self.counts, pos[new], counts[new])
+            self.first = np.insert(self.first, pos[new], first[new])
 
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted distinct keys and their counts."""
+    def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sorted distinct keys ``[k]``, their counts ``[k]`` and first rows ``[k]``."""
         self._merge()
-        return self.keys, self.counts
+        return self.keys, self.counts, self.first
 
 
-def reduce_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sum counts of equal keys; returns sorted distinct keys."""
-    # integer sums do not depend on the order of equal keys: ~3x a stable sort
+def reduce_counts(
+    keys: np.ndarray, counts: np.ndarray, first: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sum counts and take the minimum first row of equal keys; returns sorted distinct
+    keys with their counts and first rows."""
+    # sums and minima do not depend on the order of equal keys: ~3x a stable sort
     order = np.argsort(keys)
-    keys, counts = keys[order], counts[order]
+    keys, counts, first = keys[order], counts[order], first[order]
     if len(keys) == 0:
-        return keys, counts
+        return keys, counts, first
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    return keys[starts], np.add.reduceat(counts, starts)
+    return keys[starts], np.add.reduceat(counts, starts), np.minimum.reduceat(first, starts)
 
 
 @dataclass(frozen=True)
@@ -302,11 +363,14 @@ class Vocabulary:
     """int64 ``[2**bits + 1]``: where each hash bucket starts in ``keys`` (None: sorted)."""
 
     @classmethod
-    def build(cls, keys: np.ndarray, counts: np.ndarray, min_count: int) -> Vocabulary:
-        """Frequent keys (count >= ``min_count``) get ids ``2..`` by falling count, ties by
-        key; rare keys map to ``RARE``. ``keys``: sorted distinct uint64 ``[k]``."""
+    def build(
+        cls, keys: np.ndarray, counts: np.ndarray, first: np.ndarray, min_count: int
+    ) -> Vocabulary:
+        """Frequent keys (count >= ``min_count``) get ids ``2..`` in order of their first
+        row (ties, which counted rows never make, by key); rare keys map to ``RARE``.
+        ``keys``: sorted distinct uint64 ``[k]``; ``counts``, ``first``: int64 ``[k]``."""
         frequent = np.flatnonzero(counts >= min_count)
-        order = np.lexsort((keys[frequent], -counts[frequent]))
+        order = np.lexsort((keys[frequent], first[frequent]))
         ids = np.full(len(keys), RARE, dtype=np.int32)
         ids[frequent[order]] = FIRST_ID + np.arange(len(frequent), dtype=np.int32)
         # keep only keys that have their own id: every other key looks up to RARE anyway

@@ -5,7 +5,7 @@ device_*, C14..C21``; ``hour`` is ``YYMMDDHH``. Prepared: no dense features; 23 
 features, the 21 raw categorical fields plus ``hour_of_day`` (0-23) and ``weekday``
 (0 = Monday) derived from ``hour`` (the field names of ``avazu-synth``); ``id`` is dropped.
 Ids per feature as for every raw dataset (``suite.data.vocab``): 0 missing, 1 rare or
-unseen, 2.. by falling frequency.
+unseen, 2.. in order of first appearance.
 """
 
 from __future__ import annotations

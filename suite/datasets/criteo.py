@@ -8,7 +8,7 @@ may be gzip-compressed. Prepared features:
   reference);
 - sparse ``C1..C26``: contiguous ids per feature (``suite.data.vocab``): 0 for an empty
   field, 1 for values seen fewer than ``min_count`` times in the counted rows (the train
-  split by default) or never, 2.. for the others, most frequent first; with
+  split by default) or never, 2.. for the others in order of first appearance; with
   ``max_rows_per_table`` values are hashed into that many rows minus two first.
 
 Terabyte streams its 24 day files block by block (pyarrow, never a day in memory). Its
