@@ -149,6 +149,11 @@ class DatasetSpec(ComponentSpec):
         return self
 
 
+# The most torch threads a config may ask for on any machine (the run refuses more than 4
+# per usable CPU of the machine it runs on; thousands of OpenMP threads crash the process).
+MAX_THREADS = 1024
+
+
 class TrainConfig(Frozen):
     """The training budget and optimizers."""
 
@@ -175,7 +180,9 @@ class TrainConfig(Frozen):
     )
     checkpoint: Literal["best", "final"] = "best"
     shuffle: bool = True
-    threads: int | None = Field(None, ge=1, description="torch CPU threads; default: torch's")
+    threads: int | None = Field(
+        None, ge=1, le=MAX_THREADS, description="torch CPU threads; default: torch's"
+    )
     compile: bool = Field(
         False, description="torch.compile (Inductor) the backbone; same numbers within float noise"
     )

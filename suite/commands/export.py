@@ -46,7 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from suite import export
     from suite.errors import ConfigError
+    from suite.runs.checks import check_output_path
 
+    check_output_path(args.out, "--out", kind="dir")  # where it writes, before any work
     if args.source == "runs":
         from suite.api import load_results
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from suite.commands.common import add_set_argument
+from suite.errors import ConfigError
 from suite.leaderboard import FINGERPRINTS, LEADERBOARD_DIR
 
 
@@ -119,11 +120,20 @@ def _print_report(report) -> None:  # noqa: ANN001
         print(problem)
 
 
+def _board(args: argparse.Namespace) -> Path:
+    """``--leaderboard-dir``, refused in one line unless it is an existing directory."""
+    board = Path(args.leaderboard_dir)
+    if not board.is_dir():
+        what = "is not a directory" if board.exists() else "does not exist"
+        raise ConfigError(f"--leaderboard-dir: {board} {what}; expected a leaderboard folder")
+    return board
+
+
 def handle_validate(args: argparse.Namespace) -> int:
     from suite.leaderboard.validate import validate
 
     files = [Path(f) for f in args.files] or None
-    report = validate(Path(args.leaderboard_dir), files)
+    report = validate(_board(args), files)
     _print_report(report)
     if report.problems:
         files_with = len({p.file for p in report.problems})
@@ -187,7 +197,12 @@ def load_valid(board: Path):  # noqa: ANN201
 def handle_render(args: argparse.Namespace) -> int:
     from suite.leaderboard.render import INDEX, README, render_html, render_markdown
 
-    board = Path(args.leaderboard_dir)
+    board = _board(args)
+    if not args.check:  # where it writes, checked before any work
+        from suite.runs.checks import check_output_path
+
+        field = "--out" if args.out else "--leaderboard-dir"
+        check_output_path(args.out or board, field, kind="dir")
     report, items = load_valid(board)
     if report.problems:
         print("not rendering: fix the problems above first", file=sys.stderr)

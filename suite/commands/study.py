@@ -53,6 +53,10 @@ def handle(args: argparse.Namespace) -> int:
     from suite.studies import load_study_spec, run_study
     from suite.units import format_metric
 
+    if args.out:  # where it writes, checked before any work
+        from suite.runs.checks import check_output_path
+
+        check_output_path(args.out, "--out", kind="dir")
     spec = load_study_spec(args.file)
     base_overrides = dict(parse_override(text) for text in args.overrides)
     if args.tracking_uri:

@@ -19,6 +19,13 @@ flag set in ``u.genre`` order, ``unknown`` excluded); with ``genre="combination"
 sorted set of the movie's genres joined by ``|`` (one id per distinct combination). A movie
 with no genre (or ``(no genres listed)``), or missing from the movie file, gets the
 missing id 0. Ids otherwise as every raw dataset (``suite.data.vocab``).
+
+Checked: a rating off the release's documented scale (100k, 1m: whole stars 1..5; the csv
+releases: half stars 0.5..5) is a bad row (``on_bad_rows``: an error naming file and line,
+or skipped and counted). An id on two rows of a side file that differ in a field the suite
+reads is refused, naming the file, the id and both lines: which row is right cannot be
+told, and the first one winning silently would change the features; exact repeats are
+accepted.
 """
 
 from __future__ import annotations
@@ -69,9 +76,14 @@ GENRES_100K = [
     "War",
     "Western",
 ]
+# u.item's genre flag columns, named for messages
+_FIELDS = {f"g{i}": f"genre flag {name!r}" for i, name in enumerate(GENRES_100K)}
 AGE_GROUPS = np.array([1, 18, 25, 35, 45, 50, 56])
 NO_GENRE = "(no genres listed)"
 
+# 100k and 1m: whole stars 1..5; 20m, 25m and the latest releases: half stars 0.5..5 (their
+# READMEs: "Ratings are made on a 5-star scale, with half-star increments")
+WHOLE_STARS = (1.0, 5.0, 1.0)
 _RATING_TYPES = {"user": pa.int64(), "item": pa.int64(), "rating": pa.float64(), "time": pa.int64()}
 
 
@@ -85,6 +97,8 @@ class Variant:
     items_format: TextFormat
     users: str | None = None
     users_format: TextFormat | None = None
+    scale: tuple[float, float, float] = (0.5, 5.0, 0.5)
+    """The release's documented ratings: lowest, highest, step (5 stars in half stars)."""
 
 
 _DAT = {"delimiter": "\t", "separator": b"::", "encoding": "latin1"}
@@ -106,6 +120,7 @@ _CSV_RATINGS = Variant(
 )
 VARIANTS: dict[str, Variant] = {
     "100k": Variant(
+        scale=WHOLE_STARS,
         ratings="u.data",
         ratings_format=TextFormat(
             columns=("user", "item", "rating", "time"), types=_RATING_TYPES, delimiter="\t"
@@ -132,6 +147,7 @@ VARIANTS: dict[str, Variant] = {
         ),
     ),
     "1m": Variant(
+        scale=WHOLE_STARS,
         ratings="ratings.dat",
         ratings_format=TextFormat(
             columns=("user", "item", "rating", "time"), types=_RATING_TYPES, **_DAT
@@ -201,9 +217,18 @@ class _Side:
         return [c.take(index) for c in self.columns]
 
 
+@dataclass
+class _RawSide:
+    """A side file as read: its table and each row's file line."""
+
+    path: Path
+    table: pa.Table
+    lines: np.ndarray
+
+
 def _read_table(
     reader: RawReader, path: Path, fmt: TextFormat, header: dict[str, str] | None = None
-) -> pa.Table:
+) -> _RawSide:
     if header is not None:
 
         def fmt_for(names: list[str]) -> TextFormat:
@@ -211,16 +236,43 @@ def _read_table(
                 raise DataError(f"{path}:1: unexpected header {names}; expected {list(header)}")
             return replace(fmt, header=False)
 
-        parts = [p.table for p in reader.read(path, fmt_for)]
+        parts = list(reader.read(path, fmt_for))
     else:
-        parts = [p.table for p in reader.read(path, fmt)]
-    return pa.concat_tables(parts) if parts else pa.table({})
+        parts = list(reader.read(path, fmt))
+    table = pa.concat_tables([p.table for p in parts]) if parts else pa.table({})
+    lines = [p.first_line + _local_lines(p) for p in parts]
+    return _RawSide(path, table, np.concatenate(lines) if lines else np.zeros(0, np.int64))
 
 
-def _sorted_side(table: pa.Table, id_column: str, columns: list[pa.Array]) -> _Side:
-    ids = numpy_column(table.column(id_column).fill_null(-1))
+def _local_lines(parsed: Parsed) -> np.ndarray:
+    if parsed.lines is None:
+        return np.arange(parsed.num_rows, dtype=np.int64)
+    return np.asarray(parsed.lines, dtype=np.int64)
+
+
+def _sorted_side(raw: _RawSide, id_column: str, columns: list[pa.Array]) -> _Side:
+    """The side table sorted by id; an id on two rows that differ is refused (a row that
+    repeats another exactly is harmless)."""
+    ids = numpy_column(raw.table.column(id_column).fill_null(-1))
     order = np.argsort(ids, kind="stable")
+    _check_duplicates(raw, id_column, ids[order], order)
     return _Side(ids[order], [c.take(pa.array(order)) for c in columns])
+
+
+def _check_duplicates(raw: _RawSide, id_column: str, ids: np.ndarray, order: np.ndarray) -> None:
+    """Raise a ``DataError`` naming the file, the id and both lines of the first id whose
+    rows differ in a field the suite reads (``ids``: sorted, ``order``: their rows)."""
+    for k in np.flatnonzero((ids[1:] == ids[:-1]) & (ids[1:] >= 0)) + 1:
+        head = int(np.searchsorted(ids, ids[k]))  # the id's first row in the file
+        a, b = (raw.table.slice(int(order[i]), 1).to_pylist()[0] for i in (head, k))
+        if a != b:
+            differ = ", ".join(_FIELDS.get(name, name) for name in a if a[name] != b[name])
+            first, second = int(raw.lines[order[head]]), int(raw.lines[order[k]])
+            raise DataError(
+                f"{raw.path}: {id_column} {ids[k]} is on line {first} and on line {second} "
+                f"with different {differ}; expected one row per {id_column} (identical "
+                "repeats are accepted)"
+            )
 
 
 def _genres(names_per_item: list[list[str]], mode: str) -> pa.Array:
@@ -241,28 +293,30 @@ def _items(
 ) -> _Side:
     path = directory / variant.items
     if variant.items == "u.item":
-        table = _read_table(reader, path, variant.items_format)
+        raw = _read_table(reader, path, variant.items_format)
+        table = raw.table
         flags = np.stack(
             [numpy_column(table.column(f"g{i}").fill_null(0)) for i in range(19)], axis=1
         )
         names = [[GENRES_100K[g] for g in np.flatnonzero(row) if g > 0] for row in flags]
     else:
         header = _MOVIES_HEADER if variant.items == "movies.csv" else None
-        table = _read_table(reader, path, variant.items_format, header)
-        names = [(g or "").split("|") for g in table.column("genres").to_pylist()]
-    return _sorted_side(table, "item", [_genres(names, options.genre)])
+        raw = _read_table(reader, path, variant.items_format, header)
+        names = [(g or "").split("|") for g in raw.table.column("genres").to_pylist()]
+    return _sorted_side(raw, "item", [_genres(names, options.genre)])
 
 
 def _users(reader: RawReader, directory: Path, variant: Variant) -> _Side:
     assert variant.users is not None and variant.users_format is not None
-    table = _read_table(reader, directory / variant.users, variant.users_format)
+    raw = _read_table(reader, directory / variant.users, variant.users_format)
+    table = raw.table
     age = numpy_column(table.column("age").fill_null(-1))
     if variant.users == "u.user":  # raw ages -> the 1m age groups
         group = np.maximum(np.searchsorted(AGE_GROUPS, age, side="right") - 1, 0)
         age = np.where(age < 0, -1, AGE_GROUPS[group])
     ages = pa.array(age, mask=age < 0)
     return _sorted_side(
-        table,
+        raw,
         "user",
         [
             ages,
@@ -270,6 +324,23 @@ def _users(reader: RawReader, directory: Path, variant: Variant) -> _Side:
             table.column("occupation").combine_chunks(),
         ],
     )
+
+
+def scale_text(variant: str) -> str:
+    """The ratings ``variant`` documents, in words: ``integers 1 to 5`` and the like."""
+    low, high, step = VARIANTS[variant].scale
+    if step == 1:
+        return f"an integer from {low:g} to {high:g}"
+    return f"a multiple of {step:g} from {low:g} to {high:g}"
+
+
+def _drop_off_scale(parsed: Parsed, variant: str) -> None:
+    """Ratings off the release's documented scale are bad rows (e.g. ``1e300`` in 100k)."""
+    low, high, step = VARIANTS[variant].scale
+    rating = numpy_column(parsed.table.column("rating"))
+    steps = (rating - low) / step
+    off = (rating < low) | (rating > high) | (steps != np.round(steps))
+    parsed.drop(off, f"rating must be {scale_text(variant)} (the MovieLens {variant} scale)")
 
 
 def movielens_chunk(
@@ -280,8 +351,9 @@ def movielens_chunk(
     unmatched: dict[str, int] | None = None,
 ) -> Chunk:
     """One block of ratings as CTR rows. Rows with a missing user, item, rating or
-    timestamp, or a rating that is not a finite number >= 0, are bad rows. ``unmatched``
-    counts ratings whose user or item is absent from the side files."""
+    timestamp, or a rating that is not a finite number >= 0 or is off the variant's
+    scale (:func:`scale_text`), are bad rows. ``unmatched`` counts ratings whose user or
+    item is absent from the side files."""
     table = parsed.table
     missing = pc.or_(
         pc.or_(table.column("user").is_null(), table.column("item").is_null()),
@@ -291,6 +363,7 @@ def movielens_chunk(
     rating = numpy_column(parsed.table.column("rating"))
     with np.errstate(invalid="ignore"):
         parsed.drop(~np.isfinite(rating) | (rating < 0), "rating must be a finite number >= 0")
+    _drop_off_scale(parsed, options.variant)
     parsed.drop(numpy_column(parsed.table.column("time").is_null()), "missing timestamp")
     table = parsed.table
     user = numpy_column(table.column("user"))

@@ -22,7 +22,12 @@ from suite.environment import environment
 from suite.errors import ConfigError, SuiteError
 from suite.models.base import RecModel
 from suite.results import ARRAYS_DETAIL, TaskResult, now_iso, write_arrays
-from suite.runs.checks import check_memory, check_output_path
+from suite.runs.checks import (
+    check_checkpoint_dir,
+    check_memory,
+    check_output_path,
+    check_threads,
+)
 from suite.runs.signals import interruptible, interruption, note_killed_run
 from suite.tasks.base import RunContext, Task
 from suite.tracking import Tracker, flatten, resolve_tracking_uri, sqlite_path
@@ -69,11 +74,12 @@ def run_tags(config: RunConfig, fingerprint: str, env: dict[str, Any]) -> dict[s
 
 def check_outputs(config: RunConfig, extra: dict[str, str | Path | None] | None = None) -> None:
     """Every place the run will write, checked before any work: the result directory,
-    the SQLite tracking store, and ``extra`` (``{"--out": path}``)."""
+    the checkpoint directory, the SQLite tracking store, and ``extra`` (``{"--out": path}``)."""
     for field, path in (extra or {}).items():
         if path is not None:
             check_output_path(path, field, kind="file")
     check_output_path(config.tracking.results_dir, "tracking.results_dir", kind="dir")
+    check_checkpoint_dir(config)
     if config.tracking.enabled:
         store = sqlite_path(resolve_tracking_uri(config.tracking.uri))
         if store is not None:
@@ -84,9 +90,10 @@ def preflight(
     config: RunConfig, outputs: dict[str, str | Path | None] | None = None
 ) -> tuple[torch.device, PreparedDataset, Task]:
     """Everything that can fail on user input, done before any MLflow run exists: the
-    device, the output paths, the task's own check of the config, the prepared data and
-    whether the model's tables fit in memory."""
+    device, the thread count, the output paths, the task's own check of the config, the
+    prepared data and whether the model's tables and batches fit in memory."""
     device = resolve_device(config.device)
+    check_threads(config)
     check_outputs(config, outputs)
     task: Task = config.task.registry.get(config.task.name)()
     task.check(config)
