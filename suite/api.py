@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -225,8 +224,8 @@ class MetricComparison:
     p_value: float
     n: int
     verdict: str
-    """``A better``, ``B better``, ``same within margin``, ``inconclusive`` or
-    ``not measurable`` (fewer than two paired seeds)."""
+    """``A better``, ``B better``, ``same within margin``, ``underpowered (needs n=...)``
+    or ``not measurable`` (fewer than two paired seeds)."""
 
 
 def compare(
@@ -239,14 +238,16 @@ def compare(
     """Compare the runs ``a`` and ``b`` name (see :func:`runs_of`) metric by metric.
 
     Runs are paired by seed (seeds both have); each row holds both means, the mean paired
-    difference ``A - B`` with its 95% t interval, the paired t-test p-value and a verdict:
-    ``A better`` when the whole interval lies beyond ``margin`` on the better side,
-    ``same within margin`` when it lies within ``±margin``, ``inconclusive`` otherwise,
-    and ``not measurable`` with fewer than two paired seeds (one seed has no noise figure).
+    difference ``A - B`` with its 90% interval, the deciding one-sided p and a verdict by
+    the reproductions' rule (``suite.decisions.compare_paired``): ``A better`` / ``B
+    better`` when a one-sided test at 5% shows the difference beyond ``margin``, ``same
+    within margin`` by TOST, else ``underpowered (needs n=...)``; ``not measurable`` with
+    fewer than two paired seeds. ``test_auc`` adds the test set's shared DeLong variance
+    where both sides kept their test predictions.
     """
     import pandas as pd
 
-    from suite.stats import paired_ci, paired_p_value, verdict
+    from suite.decisions import compare_paired
 
     left = {r.seed: r for r in runs_of(a, results_dir)}
     right = {r.seed: r for r in runs_of(b, results_dir)}
@@ -273,33 +274,44 @@ def compare(
         xa = [left[s].metrics[name] for s in seeds]
         xb = [right[s].metrics[name] for s in seeds]
         higher = left[seeds[0]].higher_is_better.get(name, True)
-        interval = paired_ci(xa, xb)
+        test_var, test_rows = _test_set_noise(name, left, right, seeds)
+        diffs = [x - y for x, y in zip(xa, xb, strict=True)]
+        found = compare_paired(diffs, higher, margin, test_var, test_rows)
         rows.append(
             MetricComparison(
                 metric=name,
                 higher_is_better=higher,
                 a_mean=sum(xa) / len(xa),
                 b_mean=sum(xb) / len(xb),
-                difference=interval.mean,
-                low=interval.low,
-                high=interval.high,
-                p_value=paired_p_value(xa, xb),
+                difference=found.test.estimate,
+                low=found.test.low,
+                high=found.test.high,
+                p_value=found.test.p,
                 n=len(seeds),
-                verdict=_label(interval, higher, margin, verdict),
+                verdict=found.label,
             )
         )
     return pd.DataFrame([asdict(r) for r in rows])
 
 
-def _label(interval: Any, higher: bool, margin: float, verdict: Any) -> str:
-    if math.isnan(interval.low):
-        return "not measurable"
-    better = "greater" if higher else "less"
-    worse = "less" if higher else "greater"
-    if verdict(interval, better, margin) == "holds":
-        return "A better"
-    if verdict(interval, worse, margin) == "holds":
-        return "B better"
-    if margin > 0 and verdict(interval, "within", margin) == "holds":
-        return "same within margin"
-    return "inconclusive"
+def _test_set_noise(
+    metric: str, left: dict[int, TaskResult], right: dict[int, TaskResult], seeds: list[int]
+) -> tuple[float, int]:
+    """The test set's shared DeLong variance of ``test_auc`` differences, from the runs'
+    kept test predictions (0 where they were not kept or scored different rows)."""
+    if metric != "test_auc":
+        return 0.0, 0
+    from suite.reproduce.claims import pair_noise
+    from suite.results import read_arrays
+
+    def predictions(side: str, seed: int) -> tuple[Any, Any] | None:
+        arrays = read_arrays((left if side == "A" else right)[seed])
+        if not arrays or not {"test_labels", "test_logits"} <= set(arrays):
+            return None
+        return arrays["test_labels"], arrays["test_logits"]
+
+    found = pair_noise(predictions, "A", "B", seeds)
+    if not found:
+        return 0.0, 0
+    first = found[seeds[0]]
+    return first.shared, first.rows

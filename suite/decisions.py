@@ -280,3 +280,78 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * float(p[index])))
         adjusted[index] = running
     return adjusted.tolist()
+
+
+# --- two methods compared (``suite compare``, the leaderboard's "vs #1") -----------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How ``A`` compares with ``B`` on one metric by the rule above.
+
+    ``label``: ``A better`` / ``B better`` (by more than the margin, one-sided at 5%),
+    ``same within margin`` (TOST), ``underpowered (needs n=...)`` or ``not measurable``.
+    ``test``: the test on ``A - B`` that decided (the superiority test when none did).
+    """
+
+    label: str
+    test: Test
+    plan: Plan | None = None
+
+
+def compare_paired(
+    differences: Sequence[float],
+    higher_is_better: bool,
+    margin: float,
+    test_var: float = 0.0,
+    test_rows: int = 0,
+) -> Comparison:
+    """Compare two methods on per-seed paired ``differences [n]`` (``A - B``), the
+    test set's shared variance ``test_var`` added (0 for figures without test sampling)."""
+    noise = noise_of(differences, test_var, test_rows)
+    estimate = float(np.mean(differences)) if len(differences) else math.nan
+    return _compare(estimate, noise, higher_is_better, margin)
+
+
+def _compare(estimate: float, noise: Noise, higher_is_better: bool, margin: float) -> Comparison:
+    sign = 1.0 if higher_is_better else -1.0
+    better_dir: Direction = "greater" if higher_is_better else "less"
+    worse_dir: Direction = "less" if higher_is_better else "greater"
+    better = decide(estimate, noise, better_dir, sign * margin)
+    if better.decision == "not measurable":
+        return Comparison("not measurable", better)
+    if better.decision == "holds":
+        return Comparison("A better", better)
+    worse = decide(estimate, noise, worse_dir, -sign * margin)
+    if worse.decision == "holds":
+        return Comparison("B better", worse)
+    if margin > 0:
+        same = decide(estimate, noise, "within", margin)
+        if same.decision == "holds":
+            return Comparison("same within margin", same)
+        if abs(estimate) < margin:
+            found = plan(estimate, noise, "within", margin)
+            return Comparison(f"underpowered ({found.text()})", same, found)
+    bound = sign * margin if sign * estimate > 0 else -sign * margin
+    direction = better_dir if sign * estimate > 0 else worse_dir
+    found = plan(estimate, noise, direction, bound)
+    return Comparison(f"underpowered ({found.text()})", better, found)
+
+
+def unpaired_noise(a: Sequence[float], b: Sequence[float]) -> Noise:
+    """The :class:`Noise` of ``mean(a) - mean(b)`` for unpaired samples ``a [n_a], b [n_b]``:
+    Welch's variance ``s_a^2/n_a + s_b^2/n_b`` with ``min(n_a, n_b) - 1`` degrees of freedom
+    (no fewer than Welch-Satterthwaite's lower bound, so conservative)."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    k = min(len(x), len(y))
+    if k < 2:
+        return Noise(k, math.nan)
+    var = float(x.var(ddof=1)) / len(x) + float(y.var(ddof=1)) / len(y)
+    return Noise(k, var * k)
+
+
+def compare_noise(
+    estimate: float, noise: Noise, higher_is_better: bool, margin: float
+) -> Comparison:
+    """:func:`compare_paired` on a given estimate and noise (unpaired samples, say)."""
+    return _compare(estimate, noise, higher_is_better, margin)

@@ -34,7 +34,10 @@ def test_readme_example_runs_end_to_end(isolated: Path, capsys: pytest.CaptureFi
     assert runs["mlflow_run_id"].notna().all()  # recorded in the real MLflow store in tmp
     assert (isolated / "mlruns" / "mlflow.db").is_file()
     assert list(table["metric"]) == ["test_auc", "test_logloss"]
-    assert set(table["verdict"]) <= {"A better", "B better", "same within margin", "inconclusive"}
+    assert all(
+        v in ("A better", "B better", "same within margin") or v.startswith("underpowered (needs")
+        for v in table["verdict"]
+    )
     auc = table.set_index("metric").loc["test_auc"]
     assert auc["low"] <= auc["difference"] <= auc["high"] and auc["n"] == 3
     expected = full.mean["test_auc"] - qr.mean["test_auc"]
@@ -76,7 +79,42 @@ def test_compare_verdicts_follow_the_paired_interval() -> None:
     near = [_result(s, 0.80 + d) for s, d in enumerate([0.0002, -0.0001, 0.0001])]
     same = compare(a[:3], near, margin=0.01).set_index("metric")
     assert same.loc["test_auc", "verdict"] == "same within margin"
-    assert compare(a, near).set_index("metric").loc["test_auc", "verdict"] == "inconclusive"
+    noisy = [_result(s, 0.80 + d) for s, d in enumerate([0.003, -0.002, 0.0])]
+    undecided = compare(a, noisy).set_index("metric").loc["test_auc", "verdict"]
+    assert undecided.startswith("underpowered (needs n=")
+
+
+def test_compare_adds_the_test_sets_noise_from_kept_predictions(tmp_path: Path) -> None:
+    """Two configs' kept test predictions: the test_auc interval carries the test set's
+    shared DeLong variance on top of the seeds' spread, as the reproductions' rule does."""
+    from suite.decisions import decide, noise_of
+    from suite.reproduce.claims import pair_noise
+    from suite.results import read_arrays
+    from suite.runs.single import execute
+    from tests.conftest import tiny_config
+
+    base = tiny_config(
+        overrides=["train.max_steps=20", f"tracking.results_dir={tmp_path / 'results'}"]
+    )
+    other = base.with_overrides({"train.dense_lr": 0.01})
+    runs = {"a": [execute(base.with_overrides({"seed": s})) for s in range(3)]}
+    runs["b"] = [execute(other.with_overrides({"seed": s})) for s in range(3)]
+    row = compare(runs["a"], runs["b"], metrics=["test_auc"]).set_index("metric").loc["test_auc"]
+
+    def predictions(side: str, seed: int):  # noqa: ANN202
+        arrays = read_arrays(runs[side][seed])
+        return arrays["test_labels"], arrays["test_logits"]
+
+    shared = pair_noise(predictions, "a", "b", [0, 1, 2])[0]
+    assert shared.shared > 0 and shared.rows == len(predictions("a", 0)[0])
+    diffs = [
+        x.metrics["test_auc"] - y.metrics["test_auc"] for x, y in zip(*runs.values(), strict=True)
+    ]
+    mean = sum(diffs) / 3
+    expected = decide(mean, noise_of(diffs, shared.shared, shared.rows), "greater", 0.0)
+    seeds_only = decide(mean, noise_of(diffs), "greater", 0.0)
+    assert (row["low"], row["high"]) == pytest.approx((expected.low, expected.high))
+    assert expected.se > seeds_only.se
 
 
 def test_compare_never_gives_a_verdict_from_one_seed() -> None:

@@ -37,7 +37,6 @@ from suite.units import human_bytes
 MEMORY_METRIC = "embedding_bytes"
 README = "README.md"
 INDEX = "index.html"
-TIE_LEVEL = 0.05  # Welch's t-test: p >= this and an entry is not distinguishable from #1
 
 
 @dataclass(frozen=True)
@@ -147,30 +146,46 @@ def groups(items: Iterable[Item]) -> list[Group]:
 # -- statistics ---------------------------------------------------------------------------
 
 
-def welch_p_value(a: list[float], b: list[float]) -> float:
-    """Two-sided p-value of Welch's t-test (unequal variances) for the means of ``a`` and
-    ``b``; 1.0 when both are constant and equal, 0.0 when constant and different."""
-    from scipy import stats
-
-    if len(a) < 2 or len(b) < 2:
-        return math.nan
-    if max(a) == min(a) and max(b) == min(b):
-        return 1.0 if a[0] == b[0] else 0.0
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+MARGINS = {"test_auc": 0.001, "val_auc": 0.001, "test_logloss": 0.001, "val_logloss": 0.001}
+"""The field's practical margin per primary metric (0 for others)."""
 
 
 def versus_best(group: Group, item: Item) -> tuple[str, str]:
-    """(text, sort key) of how ``item`` compares with the board's #1 on the primary metric:
-    ``best``, ``tie`` (Welch's t-test p >= 0.05: not distinguishable) or ``worse``."""
+    """(text, sort key) of how ``item`` compares with the board's #1 on the primary metric,
+    by the reproductions' rule (``suite.decisions``): paired by seed where both ran the same
+    seeds, else Welch's unpaired variance; ``worse`` / ``better`` by more than the field's
+    margin (one-sided 5%), ``tie`` within it (TOST), else ``undecided`` with the seeds it
+    would need."""
+    from suite.decisions import compare_noise, noise_of, unpaired_noise
+
     best = group.best
     if item is best:
         return "best", "0"
-    p = welch_p_value(item.values(group.primary), best.values(group.primary))
-    if math.isnan(p):
+    metric, margin = group.primary, MARGINS.get(group.primary, 0.0)
+    mine, theirs = _by_seed(item, metric), _by_seed(best, metric)
+    if len(mine) < 2 or len(theirs) < 2:
         return "–", "3"
-    if p >= TIE_LEVEL:
-        return f"tie (p={p:.2f})", "1"
-    return f"worse (p={format_p(p)})", "2"
+    if set(mine) == set(theirs):
+        diffs = [mine[s] - theirs[s] for s in sorted(mine)]
+        estimate, noise = sum(diffs) / len(diffs), noise_of(diffs)
+    else:
+        a, b = list(mine.values()), list(theirs.values())
+        estimate, noise = sum(a) / len(a) - sum(b) / len(b), unpaired_noise(a, b)
+    found = compare_noise(estimate, noise, group.higher_is_better, margin)
+    p = format_p(found.test.p)
+    if found.label == "B better":
+        return f"worse (p={p})", "2"
+    if found.label == "A better":
+        return f"better (p={p})", "2"
+    if found.label == "same within margin":
+        return f"tie (p={p}, within {margin:g})", "1"
+    if found.label == "not measurable":
+        return "–", "3"
+    return found.label.replace("underpowered", "undecided"), "1"
+
+
+def _by_seed(item: Item, metric: str) -> dict[int, float]:
+    return {run.seed: run.metrics[metric] for run in item.sub.seeds if metric in run.metrics}
 
 
 def format_p(p: float) -> str:
@@ -293,7 +308,11 @@ def row_cells(group: Group, rank: int | None, item: Item) -> list[tuple[Column, 
     device = f"{env.device} ({env.device_name}, {env.threads} thr)"
     cells += [
         (
-            Column("versus", "vs #1", f"{group.primary} against #1: Welch's t-test at 5%"),
+            Column(
+                "versus",
+                "vs #1",
+                f"{group.primary} against #1: one-sided tests at 5%, TOST for a tie",
+            ),
             Cell(versus, versus_key),
         ),
         (
@@ -342,8 +361,11 @@ def group_meta(group: Group) -> str:
         f"Ranked by {spec.label_for(group.primary)} ({direction_text(spec)}); verified entries "
         "rank first, unverified ones (no re-run has reproduced them yet) follow without a "
         "rank. Figures are the mean ± the half-width of the 95% Student-t confidence "
-        "interval over the seeds. vs #1: Welch's t-test of the primary metric against the "
-        "#1 entry; tie when p >= 0.05 (not distinguishable with these seeds)."
+        "interval over the seeds. vs #1: the primary metric against the #1 entry, paired by "
+        "seed (Welch's variance where the seeds differ), by the reproductions' rule: worse "
+        "or better by more than the field's margin (0.001 for AUC and log loss) in a "
+        "one-sided test at 5%, tie when TOST shows it within the margin, else undecided "
+        "with the seeds that 80% power would need."
     )
 
 

@@ -179,13 +179,16 @@ class ClaimOutcome:
     """For a threshold claim: the 90% interval of ``value - target``."""
     holm_p: float = math.nan
     """The deciding p after Holm's correction over the report's empirical claims."""
+    unconverged: tuple[str, ...] = ()
+    """Runs the claim rests on whose validation AUC was still rising when they stopped."""
 
     @property
     def label(self) -> str:
         """The verdict as the report prints it."""
+        text = self.verdict
         if self.verdict == UNDERPOWERED and self.plan is not None:
-            return f"{UNDERPOWERED} ({self.plan.text()})"
-        return self.verdict
+            text = f"{UNDERPOWERED} ({self.plan.text()})"
+        return f"{text} †" if self.unconverged else text
 
 
 def _nan_interval(n: int = 0) -> Interval:

@@ -18,7 +18,7 @@ from typing import Any
 from suite.decisions import ALPHA, holm
 from suite.environment import environment
 from suite.reproduce.claims import NOT_TESTABLE, UNDERPOWERED, ClaimOutcome, describe
-from suite.reproduce.runner import PaperOutcome, Reproduction
+from suite.reproduce.runner import PaperOutcome, Reproduction, RunRecord
 from suite.stats import Interval, ScalingFit
 
 TIMINGS_HEADING = "## Timings (machine-dependent)"
@@ -135,6 +135,42 @@ def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
     }
 
 
+def still_improving(rec: RunRecord) -> int | None:
+    """Seeds whose validation AUC was still rising when the run stopped (None where the
+    task trains nothing it validates)."""
+    flags = [r.details.get("still_improving") for r in rec.results.values()]
+    known = [bool(f) for f in flags if f is not None]
+    return sum(known) if known else None
+
+
+def convergence_cell(rec: RunRecord) -> str:
+    rising = still_improving(rec)
+    if rising is None:
+        return "—"
+    return "converged" if rising == 0 else f"still improving ({rising}/{len(rec.results)} seeds) †"
+
+
+def mark_unconverged(reproduction: Reproduction) -> None:
+    """Set on each empirical claim the runs it rests on that were still improving."""
+    from dataclasses import replace
+
+    for paper in reproduction.papers:
+        rising = {rid for rid, rec in paper.runs.items() if still_improving(rec)}
+        paper.claims = [
+            replace(c, unconverged=tuple(sorted(rising & set(runs_of(c, paper)))))
+            if c.claim.basis == "empirical"
+            else c
+            for c in paper.claims
+        ]
+
+
+def runs_of(outcome: ClaimOutcome, paper: PaperOutcome) -> list[str]:
+    """The runs a claim's figures come from (a scaling claim: its families' members)."""
+    claim = outcome.claim
+    runs = [ref.split(".", 1)[0] for ref in claim.references()]
+    return runs + [f"{f}/{m}" for f in claim.families() for m in paper.families.get(f, [])]
+
+
 def run_row(run_id: str, outcome: PaperOutcome) -> dict[str, str]:
     rec = outcome.runs[run_id]
     return {
@@ -146,6 +182,7 @@ def run_row(run_id: str, outcome: PaperOutcome) -> dict[str, str]:
         "test log loss": interval(rec.interval("test_logloss")),
         "embedding memory": number(rec.metrics.get("embedding_bytes", math.nan), "bytes"),
         "training FLOPs": number(rec.metrics.get("training_flops", math.nan)),
+        "validation AUC": convergence_cell(rec),
         "config": rec.config.config_hash(),
     }
 
@@ -224,6 +261,12 @@ def summary_line(reproduction: Reproduction) -> str:
             f" {kept} of the {len(decided)} decided empirical verdicts keep p < {ALPHA} after "
             f"Holm's correction over all {len(empirical(reproduction))} empirical claims."
         )
+    rising = [c for c in empirical(reproduction) if c.unconverged]
+    if rising:
+        line += (
+            f" {len(rising)} empirical verdict(s) rest on runs still improving when they "
+            "stopped (†): not final."
+        )
     timed = sum(summary_counts(reproduction, timing=True).values())
     if timed:
         line += (
@@ -265,7 +308,8 @@ METHOD_TEXT = (
     "deciding one-sided p; `Holm p` adjusts it over all empirical claims of the report "
     "(family-wise 5%). `structural` claims are exact by construction (bytes, budgets, "
     "plans) and counted apart; `(suite's target)` marks a bound that is this suite's, not "
-    "the paper's. Claims on timings (machine-dependent figures) are judged in the Timings "
+    "the paper's. † marks a verdict resting on a run whose validation AUC was still rising "
+    "when it stopped (best at one of its last two validations): not final. Claims on timings (machine-dependent figures) are judged in the Timings "
     "section and counted there. Left and right columns show 95% t intervals over seeds."
 )
 
@@ -277,6 +321,7 @@ def render_report(
     import json
 
     apply_holm(reproduction)
+    mark_unconverged(reproduction)
 
     first = next(iter(next(iter(reproduction.papers)).runs.values())).config
     env = environment(first.device)
