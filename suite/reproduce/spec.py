@@ -56,6 +56,19 @@ named ``<family>/<member>``; a member is a model-size preset name
   plan's balance): the report counts it apart from the empirical claims that training
   decides. ``origin: suite`` marks a target of this suite's own, not the paper's.
 
+**Tuning** (optional, per profile): every compared run tuned with the same budget, one
+Optuna study per run; ``suite reproduce --profile P --tune`` writes the chosen values to
+``suite/reproductions/tuned/<paper>.<profile>.yaml`` and every run of the profile then
+trains with them (format: the docstring of ``suite/reproduce/tuning.py``)::
+
+    tuning:
+      n_trials: 8
+      space: {train.sparse_lr: {type: float, low: 0.005, high: 0.5, log: true}}
+      runs: {hash_4: {}, qr_4: {embedding.options.operation: {type: categorical, choices: [mult, add]}}}
+      share: {qr_2: qr_4}              # qr_2 trains with qr_4's tuned values
+      seed: 0                          # TPE sampler seed
+      base: {}                         # overrides for tuning trials only
+
 A comparison of two runs' ``test_auc`` also shows DeLong's p on each seed's test set (from
 the predictions accuracy runs keep). A claim on a metric of kind ``measured`` (a timing) is
 judged in the report's Timings section and counted apart from the others.
@@ -78,6 +91,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from suite.config import Frozen, format_validation_error, load_yaml
 from suite.errors import ConfigError
 from suite.registry import unknown_name_message
+from suite.reproduce.tuning import Tuning
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "reproductions"
 
@@ -100,6 +114,9 @@ class Profile(Frozen):
     )
     note: str | None = Field(
         None, description="shown in the report: what the profile shrinks and why"
+    )
+    tuning: Tuning | None = Field(
+        None, description="one study per tuned run, same budget (see suite.reproduce.tuning)"
     )
 
     @field_validator("seeds")
@@ -252,6 +269,8 @@ class ReproductionSpec(Frozen):
             for family, members in profile.families.items():
                 if not members:
                     raise ValueError(f"profile {name}: family {family!r} has no members")
+            if profile.tuning is not None:
+                profile.tuning.check(self, name)
         return self
 
     def run_ids(self, profile: str) -> list[str]:
