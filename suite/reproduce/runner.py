@@ -367,9 +367,10 @@ def _stop(pool: Any) -> None:
         if process.is_alive():
             process.terminate()
     for process in processes:
-        process.join(timeout=30)
+        process.join(timeout=10)  # a worker that caught SIGTERM may have taken a queued job
         if process.is_alive():
             process.kill()
+            process.join()  # reaped: the dead-run sweep then sees its MLflow run's owner gone
 
 
 def start_parent(
