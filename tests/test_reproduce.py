@@ -239,7 +239,7 @@ def test_report_tables_parse_rerun_is_identical_and_tracking_nests(tmp_path: Pat
         widths = {len(r) for r in rows}
         assert len(widths) == 1 and all(cell.strip() for r in rows[1:] for cell in r), rows
     claim_rows = [r for t in tables for r in t if r and r[0].startswith("DLRM learns")]
-    assert len(claim_rows) == 1 and "(n=5)" in claim_rows[0][2]
+    assert len(claim_rows) == 1 and "(n=5)" in claim_rows[0][3]
     assert (out / "auc_vs_bytes_criteo-synth.png").stat().st_size > 0
     assert (out / "auc_vs_bytes_criteo-synth.pdf").stat().st_size > 0
 
