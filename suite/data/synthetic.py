@@ -37,11 +37,82 @@ class TeacherSettings:
     triples: int
     signal: float
     seed: int
+    # the Kaggle-shaped regime sets both (None: scale by vocab_scale, one zipf for all)
+    cardinalities: tuple[int, ...] | None = None
+    zipf_per_feature: tuple[float, ...] | None = None
 
 
 def scaled_cardinalities(real: list[int], scale: float, keep_below: int) -> list[int]:
     """Keep small vocabularies; scale large ones by ``scale``, never below ``keep_below``."""
     return [n if n <= keep_below else max(keep_below, math.ceil(n * scale)) for n in real]
+
+
+def kaggle_cardinalities(
+    real: list[int], train_rows: int, examples_per_row: float, floor: int = 2
+) -> list[int]:
+    """Every table scaled by one factor so that ``train_rows / sum(rows)`` is
+    ``examples_per_row`` (to within one row per table), each table kept between
+    ``min(real, floor)`` rows and its real size.
+
+    Below about ``examples_per_row * floor * len(real)`` training rows the floors win and
+    the ratio comes out lower.
+    """
+    target = train_rows / examples_per_row
+
+    def sizes(scale: float) -> list[int]:
+        return [min(n, max(min(n, floor), math.ceil(n * scale))) for n in real]
+
+    lo, hi = 0.0, 1.0
+    for _ in range(64):  # the smallest scale whose total reaches the target
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sum(sizes(mid)) < target else (lo, mid)
+    return sizes(hi)
+
+
+def zipf_distinct(n: int, s: float, rows: int) -> float:
+    """Expected distinct ids among ``rows`` draws from Zipf(``s``) over ``n`` ids."""
+    probs = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** s
+    probs /= probs.sum()
+    return float((-np.expm1(rows * np.log1p(-probs))).sum())
+
+
+def fit_zipf(n: int, rows: int, distinct: int, top_share: float, iters: int = 24) -> float:
+    """The Zipf exponent over ``n`` ids that explains a sample of ``rows`` draws.
+
+    Matches the sample's ``distinct`` ids when some ids went unseen (``distinct < n``),
+    else (every id seen: the count says only that ``s`` is small) its most frequent id's
+    share ``top_share``. Bisection on ``[0, 8]``.
+    """
+    lo, hi = 0.0, 8.0
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if distinct < n:
+            flatter = zipf_distinct(n, mid, rows) > distinct
+        else:
+            flatter = 1.0 / float((np.arange(1, n + 1, dtype=np.float64) ** -mid).sum()) < top_share
+        lo, hi = (mid, hi) if flatter else (lo, mid)
+    return (lo + hi) / 2
+
+
+def draw_like_a_sample(
+    real: list[int], exponents: list[float], rows: int, seed: int
+) -> tuple[list[int], np.ndarray]:
+    """``rows`` draws from each feature's Zipf over its REAL vocabulary, ids then re-counted
+    as ``prepare`` counts a small raw sample (the ids seen, plus ids 0 and 1).
+
+    The check of a fitted tail against a real sample of the same rows: a Kaggle-shaped
+    regime at those rows has far fewer embedding rows than the sample's own vocabulary.
+
+    Returns:
+        cardinalities (seen ids + 2 per feature) and sparse ``[rows, F]`` int64.
+    """
+    rng = np.random.default_rng(seed)
+    columns, cards = [], []
+    for n, s in zip(real, exponents, strict=True):
+        seen, ids = np.unique(_zipf_ids(rng, n, rows, s), return_inverse=True)
+        columns.append(ids + 2)
+        cards.append(int(seen.shape[0]) + 2)
+    return cards, np.stack(columns, axis=1).astype(np.int64)
 
 
 def _zipf_ids(rng: np.random.Generator, n: int, rows: int, s: float) -> np.ndarray:
@@ -73,12 +144,19 @@ def generate(
         label ``[N]`` float32 and the teacher's click probability ``[N]`` float64.
     """
     rng = np.random.default_rng(settings.seed)
-    cards = scaled_cardinalities(
-        profile.real_cardinalities, settings.vocab_scale, settings.keep_below
+    cards = (
+        list(settings.cardinalities)
+        if settings.cardinalities is not None
+        else scaled_cardinalities(
+            profile.real_cardinalities, settings.vocab_scale, settings.keep_below
+        )
     )
     n_rows, n_sparse, n_dense = settings.rows, len(cards), len(profile.dense_names)
     k = 8
-    sparse = np.stack([_zipf_ids(rng, n, n_rows, settings.zipf) for n in cards], axis=1)
+    exponents = settings.zipf_per_feature or (settings.zipf,) * n_sparse
+    sparse = np.stack(
+        [_zipf_ids(rng, n, n_rows, s) for n, s in zip(cards, exponents, strict=True)], axis=1
+    )
 
     teacher_rng = np.random.default_rng([settings.seed, 1])
     first = [teacher_rng.normal(0, 0.5, n) for n in cards]

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from suite.config import Frozen
 from suite.data.prepared import PreparedDataset, PreparedWriter
 from suite.data.schema import FeatureSchema
 from suite.data.source import DatasetSource
-from suite.data.synthetic import SyntheticProfile, TeacherSettings, generate
+from suite.data.synthetic import (
+    SyntheticProfile,
+    TeacherSettings,
+    generate,
+    kaggle_cardinalities,
+)
 from suite.metrics import roc_auc
 from suite.registry import DATASETS
 
@@ -45,6 +51,21 @@ CRITEO_CARDINALITIES = [
     105,
     142572,
 ]
+KAGGLE_ROWS = 45_840_617  # suite.datasets.criteo.KAGGLE_ROWS (a sibling module: not imported)
+KAGGLE_EXAMPLES_PER_ROW = KAGGLE_ROWS / sum(CRITEO_CARDINALITIES)
+"""1.358: Kaggle's rows per embedding row (all 7 days, as the reference counts its vocabulary;
+its days 1-6 train split alone gives 1.164)."""
+# Zipf exponent of each Criteo feature over its REAL Kaggle vocabulary, fit to the real sample
+# (the first 6,858 rows, the dlrm train split of ../shared/data/criteo/train.txt) by
+# `python benchmarks/fit_kaggle_tail.py`: the exponent whose expected distinct ids in 6,858
+# draws equals the sample's (C9, C20: every value seen, so the top value's share instead).
+# Check, 6,858 rows drawn like the sample (real vocabularies, ids re-counted as prepare does)
+# against the sample: 33,503 vs 33,236 embedding rows, Zipf exponent of the lookups 1.04 vs
+# 0.955, hottest 1% of rows 67.9% vs 61.5% of the lookups.
+CRITEO_KAGGLE_ZIPF = (
+    1.881, 1.405, 1.027, 1.085, 2.43, 4.462, 0.953, 2.194, 3.285, 1.093, 1.027, 1.036, 1.018,
+    2.855, 1.119, 1.059, 3.92, 1.241, 1.466, 0.902, 1.047, 4.45, 3.597, 1.166, 2.575, 1.225,
+)  # fmt: skip
 AVAZU_FIELDS = [
     "C1",
     "banner_pos",
@@ -114,6 +135,26 @@ class SyntheticOptions(Frozen):
     seed: int = Field(0, description="seed of the data, independent of the run's seed")
 
 
+class CriteoSynthOptions(SyntheticOptions):
+    """criteo-synth's options: the synthetic ones plus the regime of its vocabulary."""
+
+    regime: Literal["default", "kaggle"] = Field(
+        "default",
+        description="kaggle: tables scaled so train_rows / embedding rows is Kaggle's 1.36 "
+        "at any size, per-feature Zipf tails fit to real Criteo (vocab_scale, keep_below and "
+        "zipf unused)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _leave_out_default_regime(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # at its default the regime is left out, so configs, their hashes and the prepared
+        # cache keys stay those of runs from before the option
+        data = handler(self)
+        if data.get("regime") == "default":
+            data.pop("regime")
+        return data
+
+
 class SyntheticDataset(DatasetSource):
     """Base of the synthetic entries: generate once, split in order into train/val/test."""
 
@@ -132,18 +173,7 @@ class SyntheticDataset(DatasetSource):
         progress: bool,
         force: bool = False,
     ) -> PreparedDataset:
-        rows = options.train_rows + options.val_rows + options.test_rows
-        settings = TeacherSettings(
-            rows=rows,
-            vocab_scale=options.vocab_scale,
-            keep_below=options.keep_below,
-            zipf=options.zipf,
-            pairs=options.pairs,
-            triples=options.triples,
-            signal=options.signal,
-            seed=options.seed,
-        )
-        cards, dense, sparse, label, prob = generate(self.profile, settings)
+        cards, dense, sparse, label, prob = generate(self.profile, self.settings(options))
         schema = FeatureSchema(
             dense=self.profile.dense_names, sparse=self.profile.sparse_names, cardinalities=cards
         )
@@ -165,6 +195,19 @@ class SyntheticDataset(DatasetSource):
                 }
             )
 
+    def settings(self, options: SyntheticOptions) -> TeacherSettings:
+        """The generator's settings for ``options``."""
+        return TeacherSettings(
+            rows=options.train_rows + options.val_rows + options.test_rows,
+            vocab_scale=options.vocab_scale,
+            keep_below=options.keep_below,
+            zipf=options.zipf,
+            pairs=options.pairs,
+            triples=options.triples,
+            signal=options.signal,
+            seed=options.seed,
+        )
+
     @property
     def name(self) -> str:
         return type(self).registered_name
@@ -172,14 +215,26 @@ class SyntheticDataset(DatasetSource):
 
 @DATASETS.register("criteo-synth")
 class CriteoSynth(SyntheticDataset):
-    """Synthetic Criteo: 13 dense + 26 categorical features, Zipf ids, CTR 0.256."""
+    """Synthetic Criteo: 13 dense + 26 categorical features, Zipf ids, CTR 0.256; regime
+    kaggle: Kaggle's examples per embedding row and real Criteo's per-feature tails."""
 
+    Options = CriteoSynthOptions
     profile = SyntheticProfile(
         sparse_names=[f"C{i}" for i in range(1, 27)],
         real_cardinalities=CRITEO_CARDINALITIES,
         dense_names=[f"I{i}" for i in range(1, 14)],
         base_ctr=0.256,
     )
+
+    def settings(self, options: SyntheticOptions) -> TeacherSettings:
+        """The regime's settings: Kaggle's ratio ties the tables to ``train_rows``."""
+        settings = super().settings(options)
+        if getattr(options, "regime", "default") != "kaggle":
+            return settings
+        cards = kaggle_cardinalities(
+            CRITEO_CARDINALITIES, options.train_rows, KAGGLE_EXAMPLES_PER_ROW
+        )
+        return replace(settings, cardinalities=tuple(cards), zipf_per_feature=CRITEO_KAGGLE_ZIPF)
 
 
 @DATASETS.register("avazu-synth")
