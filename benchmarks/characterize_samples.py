@@ -54,6 +54,8 @@ def main() -> int:
     args = parser.parse_args()
 
     results = {"criteo-synth": characterize("criteo-synth", "criteo-synth", None, None, {})}
+    kaggle = "criteo-synth, regime kaggle"
+    results[kaggle] = characterize(kaggle, "criteo-synth", None, None, {"regime": "kaggle"})
     for name, (dataset, rel, protocol, options) in SAMPLES.items():
         raw = args.samples / rel
         if raw.exists():
