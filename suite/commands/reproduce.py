@@ -92,7 +92,12 @@ def handle(args: argparse.Namespace) -> int:
     from suite.errors import ConfigError
     from suite.fileio import write_text_atomic
     from suite.reproduce.plots import draw_plots
-    from suite.reproduce.report import render_report, summary_counts, summary_line
+    from suite.reproduce.report import (
+        regime_rows_of,
+        render_report,
+        summary_counts,
+        summary_line,
+    )
     from suite.reproduce.runner import default_report_dir, finish_tracking, reproduce
     from suite.reproduce.spec import list_specs, load_spec
 
@@ -131,7 +136,8 @@ def handle(args: argparse.Namespace) -> int:
         from_results=from_results,
     )
     plots = draw_plots(reproduction, out_dir)
-    report = render_report(reproduction, plots, command)
+    regime = regime_rows_of(reproduction, out_dir)
+    report = render_report(reproduction, plots, command, regime=regime)
     path = write_text_atomic(out_dir / "REPORT.md", report)
     counts = summary_counts(reproduction)
     files = [str(path)] + [

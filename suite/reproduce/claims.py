@@ -426,7 +426,7 @@ def evaluate_scaling(
         difference = _percentile(left.fit.b - right.fit.b, draws, len(seeds))
         lo, hi = left.exponent, right.exponent
         result: str = (
-            "holds" if lo.low > hi.high else "does not hold" if lo.high < hi.low else "inconclusive"
+            "holds" if lo.low > hi.high else "does not hold" if lo.high < hi.low else UNDERPOWERED
         )
         return ClaimOutcome(
             claim, result, lo, hi, difference, _bootstrap_p(draws), None, note
@@ -436,6 +436,7 @@ def evaluate_scaling(
     draws = _predictions(left.replicates, at) - _predictions(right.replicates, at) if paired else []
     difference = _percentile(left_at.mean - right_at.mean, np.asarray(draws), len(seeds))
     result = verdict(difference, "less", claim.margin)
+    result = UNDERPOWERED if result == "inconclusive" else result
     note = f"at C = {at:.3g} FLOPs; " + note
     return (
         ClaimOutcome(claim, result, left_at, right_at, difference, _bootstrap_p(np.asarray(draws)), None, note),

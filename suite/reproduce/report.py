@@ -292,13 +292,27 @@ def claims_section(outcomes: list[ClaimOutcome], papers: list[str] | None = None
     return lines
 
 
+def regime_lines(regime: list[dict] | None) -> list[str]:
+    """The regime table at the report's top, with a line on what it shows."""
+    if not regime:
+        return []
+    return [
+        "Data regime: the data these verdicts rest on, beside the papers' datasets (the "
+        "`characterize` task's figures on the first 4M training lookups; '-' where unknown).",
+        "",
+        table(regime),
+        "",
+    ]
+
+
 METHOD_TEXT = (
     "How claims are decided (`suite.decisions`). Each claim tests one figure per seed: a "
     "paired difference `left - right` (all runs share the seeds) or, for a threshold, the "
     "value minus its target. Its standard error carries the seeds' spread and, where the "
-    "figure is a test AUC, the test set's own sampling noise: DeLong's variance of each "
-    "seed's (paired) AUC, added whole because every seed scores the same test rows "
-    "(SE² = s²/n + v̄; Welch-Satterthwaite degrees of freedom). Every test is one-sided at "
+    "figure is a test AUC, the test set's own sampling noise: DeLong's covariance of all "
+    "the seeds' runs on the one test set gives the part of it the seeds share, which "
+    "averaging over seeds does not remove, and it is added whole "
+    "(SE² = s²/n + v; Welch-Satterthwaite degrees of freedom). Every test is one-sided at "
     "5%: `holds` when the null that the claim is false is rejected, `does not hold` when "
     "the null that it holds is; equivalence (`within`) is TOST, the two one-sided tests, "
     "so both read off the 90% interval shown. Margins are the field's (0.001 AUC) or the "
@@ -314,8 +328,61 @@ METHOD_TEXT = (
 )
 
 
+REGIME_FILE = "regime.json"
+
+
+def regime_rows_of(reproduction: Reproduction, report_dir: str | Path | None) -> list[dict]:
+    """The regime table (``suite.reproduce.regime``): each distinct training dataset of the
+    reproduction's runs, then the papers' datasets. Rows are kept in
+    ``<report dir>/runs/regime.json`` by data fingerprint, so a regenerated report reads
+    them without preparing the data again."""
+    import json
+
+    from suite.data.source import get_prepared
+    from suite.fileio import write_text_atomic
+    from suite.reproduce.regime import regime_rows
+
+    cache_path = Path(report_dir) / "runs" / REGIME_FILE if report_dir else None
+    cache: dict[str, list[dict]] = {}
+    if cache_path and cache_path.is_file():
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+    own: list[dict] = []
+    references: list[dict] = []
+    seen: set[str] = set()
+    for paper in reproduction.papers:
+        for rec in paper.runs.values():
+            result = next(iter(rec.results.values()), None)
+            fingerprint = result.data_fingerprint if result else ""
+            if not fingerprint or fingerprint in seen or rec.config.task.name != "accuracy":
+                continue
+            seen.add(fingerprint)
+            if fingerprint not in cache:
+                data = get_prepared(rec.config.dataset, progress=False)
+                cache[fingerprint] = regime_rows(data, _dataset_label(rec.config.dataset))
+            own.append(cache[fingerprint][0])
+            references = cache[fingerprint][1:]  # the papers' datasets, the same every time
+    if own and cache_path and cache_path.parent.is_dir():
+        write_text_atomic(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
+    return own + references
+
+
+def _dataset_label(spec: Any) -> str:
+    rows = spec.options.get("train_rows") if isinstance(spec.options, dict) else None
+    regime = spec.options.get("regime") if isinstance(spec.options, dict) else None
+    parts = (
+        [spec.name]
+        + ([f"{rows:,} train rows"] if rows else [])
+        + ([f"regime {regime}"] if regime else [])
+    )
+    return ", ".join(parts)
+
+
 def render_report(
-    reproduction: Reproduction, plots: list[str], command: str, date: datetime | None = None
+    reproduction: Reproduction,
+    plots: list[str],
+    command: str,
+    date: datetime | None = None,
+    regime: list[dict] | None = None,
 ) -> str:
     """The report's Markdown."""
     import json
@@ -355,6 +422,7 @@ def render_report(
         "",
         table(header),
         "",
+        *regime_lines(regime),
         summary_line(reproduction),
         "",
         METHOD_TEXT,
