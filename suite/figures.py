@@ -31,6 +31,8 @@ PALETTE: dict[str, str] = {
     "qr": _COLORBLIND[1],
     "mixed_dim": _COLORBLIND[2],
     "fiited": _COLORBLIND[3],
+    "robe": _COLORBLIND[6],
+    "dhe": _COLORBLIND[8],
     "fp16": _COLORBLIND[9],
     "int8": _COLORBLIND[4],
     "int4": _COLORBLIND[5],
