@@ -232,6 +232,12 @@ def test_report_tables_parse_rerun_is_identical_and_tracking_nests(tmp_path: Pat
     tables = gfm_tables(first)
     header = {r[0]: r[1] for r in tables[0][1:]}
     assert header["seeds"] == "0, 1, 2, 3, 4 (every run, paired)"
+    # the data regime opens the report, beside the papers' datasets, cached for regeneration
+    regime = {r[0]: r for r in tables[1][1:]}
+    assert "Criteo Kaggle (DLRM reference)" in regime
+    (own,) = [r for name, r in regime.items() if name.startswith("criteo-synth")]
+    assert own[1] == f"{TINY_DATA['train_rows']:,}"
+    assert (out / "runs" / "regime.json").is_file()
     assert "--set=train.max_steps=15" in header["command"] and "--paper dlrm" in header["command"]
     assert '"max_steps": 15' in header["overrides"]
     assert header["commit"] and "1 torch thread(s)" in header["machine"]
@@ -249,7 +255,10 @@ def test_report_tables_parse_rerun_is_identical_and_tracking_nests(tmp_path: Pat
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     parents = [r for r in runs if r.data.tags.get("suite.reproduction") == "true"]
     assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    # the second reproduction reused the first one's stored results: it trained nothing
+    ids = {p.info.run_id for p in parents}
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in ids]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[-1].info.run_id}
     names = sorted(r.info.run_name for r in children)
     assert names == [f"dlrm/full seed {s}" for s in SEEDS]
     tags = children[0].data.tags

@@ -362,7 +362,7 @@ def regime_rows_of(reproduction: Reproduction, report_dir: str | Path | None) ->
             own.append(cache[fingerprint][0])
             references = cache[fingerprint][1:]  # the papers' datasets, the same every time
     if own and cache_path and cache_path.parent.is_dir():
-        write_text_atomic(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
     return own + references
 
 
