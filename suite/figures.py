@@ -33,6 +33,7 @@ PALETTE: dict[str, str] = {
     "fiited": _COLORBLIND[3],
     "robe": _COLORBLIND[6],
     "dhe": _COLORBLIND[8],
+    "ttrec": "#7f3c8d",  # outside the 10-colour set, which the methods above use up
     "fp16": _COLORBLIND[9],
     "int8": _COLORBLIND[4],
     "int4": _COLORBLIND[5],

@@ -159,7 +159,9 @@ def test_md_tables_and_projections_as_the_reference() -> None:
     assert projection.abs().max().item() <= math.sqrt(6 / (d + 16))
 
 
-@pytest.mark.parametrize("embedding", ["full", "hash", "qr", "mixed_dim", "fiited", "robe", "dhe"])
+@pytest.mark.parametrize(
+    "embedding", ["full", "hash", "qr", "mixed_dim", "fiited", "robe", "dhe", "ttrec"]
+)
 def test_init_is_an_option_of_every_method(embedding: str) -> None:
     config = tiny_config(embedding=embedding, overrides=["embedding.options.init=torch"])
     assert config.embedding.typed_options().init == "torch"
