@@ -213,3 +213,36 @@ def test_checked_in_profiles_keep_their_runs_and_the_default_directory_is_ignore
     assert not ignored("results/quick/runs/0123456789abcdef/seed-0.json")
     assert not ignored("results/quick/runs/noise.json")
     assert ignored(f"{default_report_dir('quick')}/runs/0123456789abcdef/seed-0.json")
+
+
+def test_a_stored_job_whose_logits_are_gone_trains_again_until_its_noise_is_stored(
+    tmp_path: Path,
+) -> None:
+    """Logits are not committed: on a fresh machine a stored job whose pairs' DeLong noise
+    was never judged must train again (same figures) so the noise can be computed; once
+    the noise is stored, the job is reused without its logits."""
+    from suite.results import ARRAYS_DETAIL
+
+    uri = tracking_uri(tmp_path)
+    out = tmp_path / "report"
+    assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
+    before = stored(out)
+    for result in before.values():  # another machine: the kept arrays are not there
+        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
+    noise_file = out / RUNS_DIR / NOISE_FILE
+    judged = noise_file.read_text()
+    noise_file.unlink()
+    mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before}
+
+    assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
+    after = stored(out)
+    assert all((out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns != t for n, t in mtimes.items())
+    for name in before:
+        assert after[name].details[LOGITS_DIGEST] == before[name].details[LOGITS_DIGEST]
+    assert noise_file.read_text() == judged  # the same noise, computed again
+
+    for result in after.values():
+        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
+    mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in after}
+    assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
+    assert {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in after} == mtimes

@@ -420,15 +420,26 @@ def end_parent(parent: Any, exc: BaseException) -> None:
 def stored_results(
     jobs: list[Job], report_dir: Path | None
 ) -> tuple[dict[tuple[str, int], TaskResult], list[Job]]:
-    """The jobs' stored results (by config hash and seed), and the jobs still to run."""
-    from suite.reproduce.store import read_result
+    """The jobs' stored results (by config hash and seed), and the jobs still to run.
+
+    A stored result that had test logits is reused only while they are still here or the
+    test-set noise it takes part in is stored: the logits are not committed (a 1M-row test
+    set is 4 MB a job), so a job resumed on another machine before its pairs' noise was
+    judged trains again (bit for bit the same figures) to give DeLong its predictions."""
+    from suite.reproduce.store import LOGITS_DIGEST, predictions, read_noise, read_result
 
     found: dict[tuple[str, int], TaskResult] = {}
     if report_dir is not None:
+        noise = read_noise(report_dir)
+        judged = {(k[0], k[2]) for k in noise} | {(k[1], k[2]) for k in noise if k[1]}
         for job in jobs:
             result = read_result(report_dir, job.key, job.config)
-            if result is not None:
-                found[(job.key, job.seed)] = result
+            if result is None:
+                continue
+            had_logits = LOGITS_DIGEST in result.details
+            if had_logits and predictions(result) is None and (job.key, job.seed) not in judged:
+                continue
+            found[(job.key, job.seed)] = result
     return found, [j for j in jobs if (j.key, j.seed) not in found]
 
 
