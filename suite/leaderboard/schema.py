@@ -43,37 +43,55 @@ MAX_METRICS = 64
 HASH_IN_FILENAME = 12
 
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
-# invisible characters that make two names look equal but compare different
-_INVISIBLE = {
-    chr(c)
-    for c in (
-        0x00AD,
-        0x034F,
-        0x061C,
-        0x180E,
-        *range(0x200B, 0x2010),
-        0x2060,
-        0x2061,
-        0x2062,
-        0x2063,
-        0x2064,
-        0xFEFF,
-    )
-}
+# Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt): characters
+# that render as nothing, so two names holding them look equal but compare different
+_DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),  # Hangul choseong/jungseong fillers
+    (0x17B4, 0x17B5),  # Khmer inherent vowels
+    (0x180B, 0x180F),  # Mongolian variation selectors and vowel separator
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),  # Hangul filler
+    (0xFE00, 0xFE0F),  # variation selectors
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),  # halfwidth Hangul filler
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),  # tags and variation selectors supplement
+)
+# blank, but not default-ignorable: drawn as an empty cell
+_BLANKS = {chr(0x2800)}
+
+
+def is_invisible(ch: str) -> bool:
+    """Whether the one character ``ch`` draws nothing a reader can tell apart: a
+    default-ignorable code point, a format character (category Cf) or a blank filler such
+    as U+2800 (Braille pattern blank)."""
+    code = ord(ch)
+    if ch in _BLANKS or unicodedata.category(ch) == "Cf":
+        return True
+    return any(low <= code <= high for low, high in _DEFAULT_IGNORABLE)
 
 
 def normalize_name(text: str) -> str:
     """A name as people read it: NFKC (fullwidth and compatibility forms folded), invisible
-    characters (zero-width spaces and joiners, soft hyphens, BOM) removed, runs of
-    whitespace made one space, ends stripped."""
+    characters (:func:`is_invisible`: zero-width spaces and joiners, soft hyphens, BOM,
+    variation selectors, tags, Hangul and Braille fillers) removed, runs of whitespace made
+    one space, ends stripped."""
     folded = unicodedata.normalize("NFKC", text)
-    visible = "".join(ch for ch in folded if ch not in _INVISIBLE)
+    visible = "".join(ch for ch in folded if not is_invisible(ch))
     return " ".join(visible.split())
 
 
 def name_key(text: str) -> str:
-    """The key two names are the same person or team under: normalized and case-folded."""
-    return unicodedata.normalize("NFKC", normalize_name(text).casefold())
+    """The key two names are the same person or team under: normalized and case-folded
+    (then NFKC and invisible characters once more, which case folding can expose)."""
+    return normalize_name(normalize_name(text).casefold())
 
 
 class SubmissionFileError(SuiteError):
@@ -92,7 +110,7 @@ def _no_controls(allow_newlines: bool) -> Any:
                 continue
             if unicodedata.category(ch) == "Cc" or ch in _BIDI:
                 raise ValueError(f"control or bidi character U+{ord(ch):04X} is not allowed")
-            if ch in _INVISIBLE:
+            if is_invisible(ch):
                 raise ValueError(f"invisible character U+{ord(ch):04X} is not allowed")
         if text != text.strip():
             raise ValueError("leading or trailing whitespace is not allowed")

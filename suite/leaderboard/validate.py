@@ -10,7 +10,8 @@ values (relative tolerance 1e-9); at least three distinct seeds; the data finger
 registered one for the dataset, protocol and options; no two entries share config hash,
 fingerprint, task and submitter (names compared NFKC-normalized, invisible characters
 removed, case-folded). Of two duplicates the one already on the board (committed to git,
-else the earlier date, else the earlier file name) stays and the other is blamed.
+else the earlier recorded date, else the smaller content hash: never the file name) stays
+and the other is blamed.
 
 Everything here is re-computed from the file itself, so it catches mistakes and edits, not
 made-up numbers that agree with each other: only ``verify`` re-runs a seed. Entries without
@@ -375,8 +376,8 @@ def check_submission(
 
 
 def duplicate_key(sub: Submission) -> tuple[str, str, str, str]:
-    """Same config, data, task and submitter (normalized: NFKC, invisible characters
-    removed, case-folded), whatever the spelling."""
+    """Same config, data, task and submitter (:func:`name_key`: NFKC, invisible characters
+    removed, whitespace collapsed, case-folded), whatever the spelling."""
     return (sub.config_hash, sub.data_fingerprint, sub.task, name_key(sub.submitter))
 
 
@@ -417,14 +418,16 @@ def committed_files(folder: Path) -> set[str] | None:
 
 
 def board_order(items: list[tuple[str, Submission]], folder: Path) -> list[tuple[str, Submission]]:
-    """Entries oldest first: committed before uncommitted, then by date, then file name."""
+    """Entries oldest first: committed before uncommitted, then by recorded date, then by
+    content hash. Every step after git comes from the files' content, never their names, so
+    renaming a file cannot move it ahead of the entry it copies."""
     committed = committed_files(folder) if folder.is_dir() else None
     return sorted(
         items,
         key=lambda i: (
             committed is not None and Path(i[0]).name not in committed,
             i[1].date,
-            Path(i[0]).name,
+            i[1].content_hash(),
         ),
     )
 
