@@ -127,26 +127,58 @@ def read_results(results_dir: str | Path = DEFAULT_RESULTS_DIR) -> list[tuple[Pa
     return found
 
 
+CONFIG_PREFIX = "config."
+"""Prefix of ``load_results``' config columns (as MLflow's ``params.``)."""
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = CONFIG_PREFIX) -> dict[str, Any]:
+    """A run's resolved config as flat columns: ``{"train": {"sparse_lr": 0.05}}`` gives
+    ``{"config.train.sparse_lr": 0.05}``; lists become their JSON text (hashable, so
+    they can be grouped on)."""
+    import json
+
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{name}."))
+        elif isinstance(value, list | tuple):
+            flat[name] = json.dumps(value)
+        else:
+            flat[name] = value
+    return flat
+
+
 def load_results(results_dir: str | Path = DEFAULT_RESULTS_DIR, **filters: Any) -> pd.DataFrame:
     """Runs under ``results_dir`` as a DataFrame: one row per run, the identity columns
     (``task``, ``model``, ``embedding``, ``dataset``, ``protocol``, ``seed``,
-    ``config_hash``, ``group``, ``data_fingerprint``, ``mlflow_run_id``, ...) then one
-    column per metric.
+    ``config_hash``, ``group`` (the config hash without the seed), ``data_fingerprint``,
+    ``mlflow_run_id``, ...), one column per metric, then the resolved config flattened
+    as ``config.<dotted key>`` columns (``config.embedding.options.collisions``,
+    ``config.train.sparse_lr``; see :func:`flatten_config`).
+
+    Rows with different ``group`` or ``data_fingerprint`` are different experiments:
+    group on both (``frame.groupby(["group", "data_fingerprint"])``) before averaging.
 
     ``filters`` keep rows whose column equals the value, or is in it for a list/tuple/set:
-    ``load_results(task="accuracy", embedding=["full", "qr"])``.
+    ``load_results(task="accuracy", embedding=["full", "qr"])``; config columns through
+    a dict: ``load_results(**{"config.train.sparse_lr": 0.05})``.
     """
     import pandas as pd
 
-    rows = []
+    rows, metric_names, config_names = [], {}, {}
     for path, result in read_results(results_dir):
         row = {
             **{k: getattr(result, k) for k in IDENTITY_COLUMNS if hasattr(result, k)},
             "group": group_hash(result),
             "path": str(path),
         }
-        rows.append({**row, **result.metrics})
-    frame = pd.DataFrame(rows, columns=None if rows else IDENTITY_COLUMNS)
+        config = flatten_config(result.config)
+        metric_names.update(dict.fromkeys(result.metrics))
+        config_names.update(dict.fromkeys(config))
+        rows.append({**row, **result.metrics, **config})
+    columns = IDENTITY_COLUMNS + list(metric_names) + sorted(config_names)
+    frame = pd.DataFrame(rows, columns=columns)
     for column, wanted in filters.items():
         if column not in frame.columns:
             valid = ", ".join(map(str, frame.columns))

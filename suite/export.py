@@ -20,7 +20,11 @@ from suite.units import format_metric, is_bytes_metric
 if TYPE_CHECKING:
     import pandas as pd
 
-GROUP_BY = ("task", "dataset", "model", "embedding")
+GROUP_BY = ("task", "dataset", "model", "embedding", "group", "data_fingerprint")
+"""Default grouping of runs: one row per config (``group``: its hash without the seed)
+and data (``data_fingerprint``), so a row only ever pools seeds of one experiment."""
+SAME_EXPERIMENT = ("group", "data_fingerprint")
+SHORT = 8  # hex digits of a hash shown in the display table
 
 
 def _cell(name: str, mean: float, std: float | None, n: int | None = None) -> str:
@@ -36,26 +40,69 @@ def _cell(name: str, mean: float, std: float | None, n: int | None = None) -> st
     return f"{mean:.{decimals}f} ± {std:.{decimals}f}"
 
 
+def differing_fields(group: pd.DataFrame) -> list[str]:
+    """The config columns (``config.*``, without ``config.seed``) and ``data_fingerprint``
+    that take more than one value among ``group``'s runs (rows of ``load_results``)."""
+    from suite.api import CONFIG_PREFIX
+
+    candidates = [
+        c for c in group.columns if c.startswith(CONFIG_PREFIX) and c != f"{CONFIG_PREFIX}seed"
+    ] + ["data_fingerprint"]
+    found = [
+        c.removeprefix(CONFIG_PREFIX)
+        for c in candidates
+        if c in group and group[c].astype(str).nunique(dropna=False) > 1
+    ]
+    if not found and group["group"].nunique() > 1:
+        found = ["group"]  # configs differ in fields these results do not record
+    return found
+
+
+def check_pooling(frame: pd.DataFrame, by: Sequence[str]) -> None:
+    """Refuse a grouping ``by`` under which one row would pool runs of different configs
+    (other than their seeds) or data: a ``ConfigError`` naming the fields that differ."""
+    for key, group in frame.groupby(list(by), sort=True, dropna=False):
+        fields = differing_fields(group)
+        if fields:
+            where = ", ".join(f"{k}={v}" for k, v in _keyed(by, key).items())
+            raise ConfigError(
+                f"--by {','.join(by)} pools different experiments in one row ({where}): "
+                f"{', '.join(fields)} differ; add group,data_fingerprint to --by, filter "
+                "with --where, or pass --pool to average them anyway"
+            )
+
+
 def runs_tables(
-    frame: pd.DataFrame, metrics: Sequence[str] | None = None, by: Sequence[str] = GROUP_BY
+    frame: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    by: Sequence[str] = GROUP_BY,
+    pool: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs (``suite.api.load_results``'s frame) grouped by ``by`` over seeds: numeric
-    (``<metric>_mean``, ``<metric>_std``, ``seeds``) and display frames."""
+    (``<metric>_mean``, ``<metric>_std``, ``seeds``, ``runs``) and display frames (hashes
+    shortened). A ``by`` that would pool runs of different configs or data is refused
+    (see :func:`check_pooling`) unless ``pool``."""
     import pandas as pd
 
-    from suite.api import IDENTITY_COLUMNS
+    from suite.api import CONFIG_PREFIX, IDENTITY_COLUMNS
 
     if frame.empty:
         raise ConfigError("no runs to export (check the results directory and filters)")
-    names = list(metrics) if metrics else [c for c in frame.columns if c not in IDENTITY_COLUMNS]
+    unknown = [c for c in by if c not in frame.columns]
+    if unknown:
+        raise ConfigError(f"--by: no column(s) {', '.join(unknown)} in these runs")
+    names = list(metrics) if metrics else _metric_columns(frame, IDENTITY_COLUMNS, CONFIG_PREFIX)
     missing = [m for m in names if m not in frame.columns]
     if missing:
         raise ConfigError(f"no metric(s) {', '.join(missing)} in these runs")
+    if not pool:
+        check_pooling(frame, by)
     numeric_rows, display_rows = [], []
     for key, group in frame.groupby(list(by), sort=True, dropna=False):
-        ident = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
-        numeric = {**ident, "seeds": int(group["seed"].nunique())}
-        display = {**ident, "seeds": numeric["seeds"]}
+        ident = _keyed(by, key)
+        counts = {"seeds": int(group["seed"].nunique()), "runs": len(group)}
+        numeric = {**ident, **counts}
+        display = {**_short(ident), **counts}
         for name in names:
             values = group[name].dropna()
             mean = float(values.mean()) if len(values) else math.nan
@@ -65,6 +112,23 @@ def runs_tables(
         numeric_rows.append(numeric)
         display_rows.append(display)
     return pd.DataFrame(numeric_rows), pd.DataFrame(display_rows)
+
+
+def _keyed(by: Sequence[str], key: object) -> dict:
+    """A groupby key as ``{column: value}``."""
+    return dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
+
+
+def _metric_columns(frame: pd.DataFrame, identity: Sequence[str], prefix: str) -> list[str]:
+    return [c for c in frame.columns if c not in identity and not c.startswith(prefix)]
+
+
+def _short(ident: dict) -> dict:
+    """Hash columns cut to their first ``SHORT`` digits for the display table."""
+    hashes = ("group", "data_fingerprint", "config_hash")
+    return {
+        k: str(v)[:SHORT] if k in hashes and isinstance(v, str) else v for k, v in ident.items()
+    }
 
 
 def study_tables(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:

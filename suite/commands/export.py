@@ -35,6 +35,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--metric", action="append", dest="metrics", metavar="NAME", help="only this metric"
     )
     parser.add_argument(
+        "--by",
+        default=None,
+        metavar="COLUMNS",
+        help="group runs by these comma-separated columns (default: task, dataset, model, "
+        "embedding, group, data_fingerprint: one row per config and data); a grouping that "
+        "pools different configs or data is refused unless --pool",
+    )
+    parser.add_argument(
+        "--pool",
+        action="store_true",
+        help="allow --by to average runs of different configs or data in one row",
+    )
+    parser.add_argument(
         "--submissions",
         default="leaderboard/submissions",
         metavar="DIR",
@@ -57,8 +70,10 @@ def handle(args: argparse.Namespace) -> int:
             key, sep, value = text.partition("=")
             if not sep:
                 raise ConfigError(f"--where expects COLUMN=VALUE, got {text!r}")
-            filters[key] = int(value) if value.lstrip("-").isdigit() else value
-        numeric, display = export.runs_tables(load_results(args.results, **filters), args.metrics)
+            filters[key] = _value(key, value)
+        by = [c.strip() for c in args.by.split(",") if c.strip()] if args.by else export.GROUP_BY
+        frame = load_results(args.results, **filters)
+        numeric, display = export.runs_tables(frame, args.metrics, by, pool=args.pool)
         stem, caption = "runs", "Runs: mean ± sample std over seeds."
     elif args.source == "study":
         if not args.name:
@@ -75,3 +90,18 @@ def handle(args: argparse.Namespace) -> int:
     for path in export.write_tables(numeric, display, args.out, stem, caption):
         print(f"wrote {path}")
     return 0
+
+
+def _value(key: str, text: str) -> int | float | bool | str:
+    """A ``--where`` value: an integer, a float or a boolean where it reads as one (for
+    config columns such as ``config.train.sparse_lr``); hashes stay text."""
+    if key in ("config_hash", "group", "data_fingerprint", "mlflow_run_id"):
+        return text
+    if text.lstrip("-").isdigit():
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return float(text)
+    except ValueError:
+        return text
