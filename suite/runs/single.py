@@ -249,9 +249,9 @@ def _execute(
                 with contextlib.suppress(SuiteError):  # the store may be what failed
                     signal_name = interruption(exc)
                     if signal_name:
-                        tracker.kill(f"{signal_name} during the run")
                         saved = bool(checkpoints and checkpoints.has_checkpoints())
                         note_killed_run(exc, tracker.run_id, tracker.uri, saved)
+                        tracker.kill(f"{signal_name} during the run")
                     else:
                         tracker.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
                         tracker.fail()
