@@ -88,6 +88,24 @@ def test_derived_operands_resolve_seed_by_seed() -> None:
     assert list(resolve({"diff": ["q.b", "h.b"]}, figs, [0, 1])) == [-300.0, -350.0]
 
 
+def test_the_modelled_all_to_all_speedup_adds_codec_time_to_wire_time() -> None:
+    # 10 GB raw at 25 GB/s: 0.4 s; through the codec 1 GB (0.04 s) + 0.06 s of codec: 4x
+    run = {"comm_raw_bytes": 10e9, "comm_wire_bytes": 1e9, "comm_codec_seconds": 0.06}
+    slow = {**run, "comm_codec_seconds": 3.96}  # 4 s through the codec: 0.1x
+    figs = {"lossy": {0: run, 1: slow}}
+    operand = {"alltoall_speedup": ["lossy", "25"]}
+    assert resolve(operand, figs, [0, 1]) == pytest.approx([4.0, 0.1])
+    claim = Claim(id="c", text="t", kind="at_least", left=operand, right=1.38)
+    assert claim.references() == [
+        "lossy.comm_raw_bytes",
+        "lossy.comm_wire_bytes",
+        "lossy.comm_codec_seconds",
+    ]
+    for bad in (["lossy"], ["lossy.x", "25"], ["lossy", "fast"], ["lossy", "-1"]):
+        with pytest.raises(ValueError, match=r"alltoall_speedup takes \[run, link GB/s\]"):
+            Claim(id="c", text="t", kind="at_least", left={"alltoall_speedup": bad}, right=1)
+
+
 def _scaling_figures(exponents: dict[str, float], noise: float = 0.0003) -> dict:
     rng = np.random.default_rng(0)
     compute = np.geomspace(1e9, 1e12, 5)
@@ -245,7 +263,9 @@ def test_report_tables_parse_rerun_is_identical_and_tracking_nests(tmp_path: Pat
     for rows in tables:
         widths = {len(r) for r in rows}
         assert len(widths) == 1 and all(cell.strip() for r in rows[1:] for cell in r), rows
-    claim_rows = [r for t in tables for r in t if r and r[0].startswith("DLRM learns")]
+    claim_rows = [
+        r for t in tables for r in t if r and r[0].startswith("Smoke check of the pipeline")
+    ]
     assert len(claim_rows) == 1 and "(n=5)" in claim_rows[0][3]
     assert (out / "auc_vs_bytes_criteo-synth.png").stat().st_size > 0
     assert (out / "auc_vs_bytes_criteo-synth.pdf").stat().st_size > 0

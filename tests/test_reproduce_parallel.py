@@ -246,3 +246,34 @@ def test_a_stored_job_whose_logits_are_gone_trains_again_until_its_noise_is_stor
     mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in after}
     assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
     assert {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in after} == mtimes
+
+
+def _timed(created: str, duration_s: float) -> TaskResult:
+    return TaskResult(
+        task="accuracy",
+        model="dlrm",
+        embedding="full",
+        dataset="criteo-synth",
+        protocol="default",
+        seed=0,
+        config={},
+        config_hash="h",
+        data_fingerprint="f",
+        metrics={"test_auc": 0.7},
+        higher_is_better={"test_auc": True},
+        created=created,
+        duration_s=duration_s,
+    )
+
+
+def test_training_wall_time_counts_overlapping_jobs_once_and_resumed_stretches_apart() -> None:
+    from suite.reproduce.runner import training_wall_s
+
+    two_workers = [  # 10:00:00-10:01:40 and 10:00:30-10:02:00 overlap: 120 s of wall time
+        _timed("2026-01-01T10:01:40+00:00", 100.0),
+        _timed("2026-01-01T10:02:00+00:00", 90.0),
+    ]
+    resumed = [_timed("2026-01-01T12:00:50+00:00", 50.0)]  # a second invocation, later
+    assert training_wall_s(two_workers) == (120.0, 1)
+    assert training_wall_s(two_workers + resumed) == (170.0, 2)
+    assert training_wall_s([]) == (0.0, 0)

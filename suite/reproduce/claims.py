@@ -27,7 +27,7 @@ from suite.decisions import (
     plan,
     shared_test_variance,
 )
-from suite.reproduce.spec import SCALING, Claim, Operand
+from suite.reproduce.spec import ALLTOALL_METRICS, MODELLED_ALLTOALL, SCALING, Claim, Operand
 from suite.stats import (
     LEVEL,
     Interval,
@@ -201,6 +201,19 @@ def common_seeds(figures: SeedFigures, runs: list[str]) -> list[int]:
     return sorted(set.intersection(*sets)) if sets else []
 
 
+def modelled_alltoall_speedup(
+    figures: SeedFigures, run: str, link_gb_per_s: float, seeds: list[int]
+) -> np.ndarray:
+    """``[len(seeds)]``: how much faster the run's all-to-all payload crosses a link of
+    ``link_gb_per_s`` GB/s through its codec than raw: ``(raw / L) / (codec s + wire / L)``,
+    from the run's ``comm_raw_bytes``, ``comm_wire_bytes`` and ``comm_codec_seconds`` (the
+    codec's own encode and decode time as measured where the run trained). A model of the
+    exchange alone: compute overlapping it and the collective's latency are left out."""
+    raw, wire, codec = (resolve(f"{run}.{m}", figures, seeds) for m in ALLTOALL_METRICS)
+    link = link_gb_per_s * 1e9
+    return (raw / link) / (codec + wire / link)
+
+
 def resolve(operand: Operand, figures: SeedFigures, seeds: list[int]) -> np.ndarray:
     """The values ``[len(seeds)]`` an operand stands for, seed by seed (NaN where missing)."""
     if isinstance(operand, int | float):
@@ -212,6 +225,8 @@ def resolve(operand: Operand, figures: SeedFigures, seeds: list[int]) -> np.ndar
             [float(per_seed.get(s, {}).get(metric, math.nan)) for s in seeds], dtype=np.float64
         )
     ((kind, (a, b)),) = operand.items()
+    if kind == MODELLED_ALLTOALL:
+        return modelled_alltoall_speedup(figures, a, float(b), seeds)
     x, y = resolve(a, figures, seeds), resolve(b, figures, seeds)
     if kind == "ratio":
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -454,6 +469,8 @@ def describe(claim: Claim) -> str:
     def name(operand: Operand) -> str:
         if isinstance(operand, dict):
             ((kind, (a, b)),) = operand.items()
+            if kind == MODELLED_ALLTOALL:
+                return f"modelled all-to-all speed-up of {a} at {b} GB/s"
             return f"{a} / {b}" if kind == "ratio" else f"({a} - {b})"
         return str(operand)
 

@@ -18,7 +18,7 @@ from typing import Any
 from suite.decisions import ALPHA, holm
 from suite.environment import environment
 from suite.reproduce.claims import NOT_TESTABLE, UNDERPOWERED, ClaimOutcome, describe
-from suite.reproduce.runner import PaperOutcome, Reproduction, RunRecord
+from suite.reproduce.runner import PaperOutcome, Reproduction, RunRecord, training_wall_s
 from suite.stats import Interval, ScalingFit
 
 TIMINGS_HEADING = "## Timings (machine-dependent)"
@@ -48,6 +48,22 @@ def number(value: float, unit: str = "") -> str:
     if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
         return f"{value:.3e}"
     return f"{value:.4f}"
+
+
+def wall_time_text(reproduction: Reproduction) -> str:
+    """What the reproduction cost in wall time: its jobs' training (all invocations, from
+    the stored jobs' own clocks) and the last invocation's whole run."""
+    results = reproduction.results()
+    wall, stretches = training_wall_s(results)
+    job_s = sum(r.duration_s for r in results)
+    text = (
+        f"training the {len(results)} jobs took {wall / 60:.1f} min of wall time "
+        f"({job_s / 60:.1f} job-minutes"
+    )
+    if stretches > 1:
+        text += f", in {stretches} separate stretches: the reproduction was resumed"
+    text += f"); the last invocation took {reproduction.duration_s / 60:.1f} min in all."
+    return text
 
 
 def unit_of(operand: object) -> str:
@@ -458,7 +474,7 @@ def render_report(
     lines += [
         TIMINGS_HEADING,
         "",
-        f"Date {when}; the whole reproduction took {reproduction.duration_s / 60:.1f} min.",
+        f"Date {when}; {wall_time_text(reproduction)}",
         "",
     ]
     timing_rows = []

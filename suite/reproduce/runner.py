@@ -123,6 +123,47 @@ class Reproduction:
     tracking_uri: str | None = None
     duration_s: float = 0.0
 
+    def results(self) -> list[TaskResult]:
+        """Every job's result once (runs shared between papers counted once)."""
+        unique: dict[tuple[str, int], TaskResult] = {}
+        for outcome in self.papers:
+            for rec in outcome.runs.values():
+                for seed, result in rec.results.items():
+                    unique[(rec.config.config_hash(), seed)] = result
+        return list(unique.values())
+
+
+def training_wall_s(results: list[TaskResult]) -> tuple[float, int]:
+    """``(seconds, stretches)``: the wall time during which at least one of ``results``
+    was training (the union of their ``[created - duration_s, created]`` intervals), and the
+    number of separate stretches it falls in (a killed and resumed reproduction has two or
+    more). Read off the stored jobs, so a resumed or regenerated report still counts the
+    invocations that left no manifest."""
+    spans = sorted(
+        (end - r.duration_s, end) for r in results if (end := _timestamp(r.created)) is not None
+    )
+    total, stretches, reach = 0.0, 0, -math.inf
+    for start, end in spans:
+        if start > reach + WALL_GAP_S:
+            stretches += 1
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total, stretches
+
+
+WALL_GAP_S = 120.0
+"""Two jobs' intervals further apart than this belong to separate stretches of work."""
+
+
+def _timestamp(iso: str | None) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
+
 
 def select_specs(
     papers: list[str] | None, profile: str, claim_ids: list[str] | None = None

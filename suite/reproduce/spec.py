@@ -37,6 +37,9 @@ named ``<family>/<member>``; a member is a model-size preset name
 
 * comparative, both sides ``"run.metric"`` (or ``{ratio: [a, b]}`` / ``{diff: [a, b]}``
   of references): judged on the CI of the per-seed paired differences ``left - right``.
+  ``{alltoall_speedup: [run, GB/s]}`` is a modelled figure: the run's all-to-all payload
+  sent raw over a link of that many GB/s, over the same payload through its codec (the
+  codec's measured seconds plus its wire bytes over the link).
   ``greater``: ``left > right + margin``; ``less``: ``left < right - margin``;
   ``within``: ``|left - right| <= margin``.
 * threshold, ``right`` a number: judged on the CI of the mean of ``left`` over seeds.
@@ -127,12 +130,27 @@ class Profile(Frozen):
         return seeds
 
 
+MODELLED_ALLTOALL = "alltoall_speedup"
+ALLTOALL_METRICS = ("comm_raw_bytes", "comm_wire_bytes", "comm_codec_seconds")
+"""The figures of a run that :data:`MODELLED_ALLTOALL` models its all-to-all from."""
+
+
 def _references(operand: Operand) -> list[str]:
     if isinstance(operand, str):
         return [operand]
     if isinstance(operand, dict):
-        return list(next(iter(operand.values())))
+        ((kind, refs),) = operand.items()
+        if kind == MODELLED_ALLTOALL:
+            return [f"{refs[0]}.{metric}" for metric in ALLTOALL_METRICS]
+        return list(refs)
     return []
+
+
+def _is_number(text: object) -> bool:
+    try:
+        return float(str(text)) > 0
+    except ValueError:
+        return False
 
 
 class Claim(Frozen):
@@ -165,9 +183,16 @@ class Claim(Frozen):
     @classmethod
     def _check_operand(cls, value: Operand) -> Operand:
         if isinstance(value, dict):
-            if len(value) != 1 or next(iter(value)) not in ("ratio", "diff"):
-                raise ValueError("a derived operand is {ratio: [a, b]} or {diff: [a, b]}")
+            if len(value) != 1 or next(iter(value)) not in ("ratio", "diff", MODELLED_ALLTOALL):
+                raise ValueError(
+                    "a derived operand is {ratio: [a, b]}, {diff: [a, b]} or "
+                    "{alltoall_speedup: [run, GB/s]}"
+                )
             refs = next(iter(value.values()))
+            if next(iter(value)) == MODELLED_ALLTOALL:
+                if len(refs) != 2 or "." in str(refs[0]) or not _is_number(refs[1]):
+                    raise ValueError("alltoall_speedup takes [run, link GB/s], e.g. [lossy, 25]")
+                return {MODELLED_ALLTOALL: [str(refs[0]), str(refs[1])]}
             if len(refs) != 2 or not all(isinstance(r, str) and "." in r for r in refs):
                 raise ValueError("ratio/diff take two 'run.metric' references")
         return value
