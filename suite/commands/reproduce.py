@@ -91,6 +91,7 @@ def handle(args: argparse.Namespace) -> int:
     from suite.config import parse_override, set_dotted
     from suite.errors import ConfigError
     from suite.fileio import write_text_atomic
+    from suite.environment import git_commit
     from suite.reproduce.plots import draw_plots
     from suite.reproduce.report import (
         regime_rows_of,
@@ -123,6 +124,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers: expected a number of processes >= 1, got {args.workers}")
     command = command_line(args)
+    git_commit()  # read (and cached) before this command rewrites its report's plots
     from_results = None if args.from_results is None else (args.from_results or out_dir)
     reproduction = reproduce(
         args.profile,
