@@ -65,11 +65,21 @@ def save_figure(fig: Any, path: str | Path, formats: tuple[str, ...] = FORMATS) 
 
     ``path``'s own suffix is replaced; returns the files written, PNG first when present.
     """
+    import matplotlib
+
     base = Path(path).with_suffix("")
     base.parent.mkdir(parents=True, exist_ok=True)
     written = []
-    for fmt in sorted(formats, key=lambda f: f != "png"):
-        out = base.with_suffix(f".{fmt}")
-        fig.savefig(out, dpi=PNG_DPI if fmt == "png" else None, bbox_inches="tight")
-        written.append(out)
+    # the same figure gives the same bytes: no creation date, SVG ids from a fixed salt
+    with matplotlib.rc_context({"svg.hashsalt": "recsuite"}):
+        for fmt in sorted(formats, key=lambda f: f != "png"):
+            out = base.with_suffix(f".{fmt}")
+            metadata = {"CreationDate": None} if fmt == "pdf" else {"Date": None}
+            fig.savefig(
+                out,
+                dpi=PNG_DPI if fmt == "png" else None,
+                bbox_inches="tight",
+                metadata=metadata if fmt in ("pdf", "svg") else None,
+            )
+            written.append(out)
     return written

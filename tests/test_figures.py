@@ -27,3 +27,23 @@ def test_save_figure_writes_vector_and_300_dpi_png(tmp_path: Path) -> None:
     assert all(f.stat().st_size > 0 for f in files)
     dpi = Image.open(files[0]).info["dpi"]
     assert round(dpi[0]) == 300
+
+
+def test_the_same_figure_saved_twice_gives_the_same_bytes(tmp_path: Path) -> None:
+    import time
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def draw(where: Path) -> dict[str, bytes]:
+        fig, ax = plt.subplots(figsize=(2, 1))
+        ax.plot([0, 1], [0, 1], marker="o")
+        files = save_figure(fig, where / "plot.png")
+        plt.close(fig)
+        return {f.suffix: f.read_bytes() for f in files}
+
+    first = draw(tmp_path / "a")
+    time.sleep(1.1)  # a creation date would differ now
+    assert draw(tmp_path / "b") == first
