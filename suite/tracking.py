@@ -30,6 +30,8 @@ from suite.errors import SuiteError
 # param value and 250 per key.
 MAX_PARAMS_PER_CALL = 100
 MAX_METRICS_PER_CALL = 1000
+FLUSH_EVERY_S = 5.0
+"""Logged metrics reach the store at most this many seconds late (or at the run's end)."""
 MAX_PARAM_VALUE = 6000
 MAX_KEY = 250
 DEFAULT_DIR = Path("mlruns")
@@ -217,6 +219,10 @@ class Tracker:
         self._logged: set[tuple[str, int, float]] = set()
         """``(key, step, value)`` already in the run's history: a resumed run trains again
         from its checkpoint to where it was killed and would log those figures twice."""
+        self._pending: list[Any] = []
+        """Metrics logged but not yet sent: one store write per :data:`FLUSH_EVERY_S`
+        instead of one per call (a write costs ~40 ms on SQLite, a third of a small run)."""
+        self._last_flush = time.monotonic()
 
     @classmethod
     def start(
@@ -292,12 +298,18 @@ class Tracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = []
         for k, v in metrics.items():
             entry = (k[:MAX_KEY], int(step), float(v))
             if math.isfinite(entry[2]) and entry not in self._logged:
                 self._logged.add(entry)
-                items.append(Metric(entry[0], entry[2], now, entry[1]))
+                self._pending.append(Metric(entry[0], entry[2], now, entry[1]))
+        if time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the metrics logged since the last flush (the run's end flushes too)."""
+        items, self._pending = self._pending, []
+        self._last_flush = time.monotonic()
         for i in range(0, len(items), MAX_METRICS_PER_CALL):
             batch = items[i : i + MAX_METRICS_PER_CALL]
             self.call("log metrics", lambda b=batch: self.client.log_batch(self.run_id, metrics=b))
@@ -341,6 +353,12 @@ class Tracker:
         self._end("KILLED")
 
     def _end(self, status: str) -> None:
+        try:
+            self.flush()
+        except SuiteError:
+            if status == "FINISHED":
+                raise
+            # a failing or killed run ends anyway; its last seconds of history are lost
         self.call(
             f"end it {status}", lambda: self.client.set_terminated(self.run_id, status=status)
         )

@@ -126,3 +126,18 @@ def test_multiseed_parent_has_source_and_children_models(tmp_path: Path) -> None
     assert np.isfinite(parent.data.metrics["val_auc_mean"])
     (entry,) = parent.inputs.dataset_inputs
     assert entry.dataset.digest == agg.data_fingerprint[:36]
+
+
+@pytest.mark.parametrize("end", ["finish", "fail"])
+def test_metrics_are_sent_in_batches_and_all_reach_the_store_when_the_run_ends(
+    tmp_path: Path, end: str
+) -> None:
+    uri = tracking_uri(tmp_path)
+    tracker = Tracker.start(uri, "recsuite", "batched")
+    client = MlflowClient(tracking_uri=uri)
+    for step in range(1, 31):
+        tracker.log_metrics({"train_loss": 1.0 / step}, step)
+    assert client.get_run(tracker.run_id).data.metrics == {}  # not one write per call
+    getattr(tracker, end)()
+    history = client.get_metric_history(tracker.run_id, "train_loss")
+    assert [(m.step, m.value) for m in history] == [(s, 1.0 / s) for s in range(1, 31)]
