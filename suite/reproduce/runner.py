@@ -373,6 +373,8 @@ def run_jobs(
         return
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    from suite.runs.signals import interruptible
+
     for dataset in {j.config.dataset.model_dump_json(): j.config.dataset for j in jobs}.values():
         from suite.data.source import get_prepared
 
@@ -380,14 +382,15 @@ def run_jobs(
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     try:
-        pending = {pool.submit(run_job, _quiet(job), parent_run_id): job for job in jobs}
-        while pending:
-            finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-            for future in finished:
-                job = pending.pop(future)
-                done(job, future.result())
-                bar.set_postfix_str(job.label)
-                bar.update()
+        with interruptible():  # SIGTERM here stops the workers too, never orphans them
+            pending = {pool.submit(run_job, _quiet(job), parent_run_id): job for job in jobs}
+            while pending:
+                finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    job = pending.pop(future)
+                    done(job, future.result())
+                    bar.set_postfix_str(job.label)
+                    bar.update()
     except BaseException:
         _stop(pool)
         raise
