@@ -402,3 +402,30 @@ def test_resumed_run_is_owned_by_the_resuming_process(tmp_path: Path) -> None:
     run = MlflowClient(tracking_uri=uri).get_run(run_id)
     assert run.info.status == "RUNNING"
     assert run.data.tags["suite.pid"] == str(os.getpid())
+
+
+@pytest.mark.slow  # two spawned workers import torch and the suite, then train
+def test_sigterm_to_a_parallel_reproduction_stops_its_workers_and_ends_their_runs(
+    tmp_path: Path,
+) -> None:
+    from suite.tracking import PID_TAG, process_alive
+
+    uri = tracking_uri(tmp_path)
+    flags = [f"--set=dataset.options.{k}={v}" for k, v in TINY_DATA.items()]
+    flags += ["--set=train.epochs=200", "--set=train.eval_every_steps=20"]
+    proc = _suite(
+        "reproduce", "--paper", "dlrm", "--workers", "2", "--quiet",
+        "--out", str(tmp_path / "report"), "--tracking-uri", uri, *flags,
+    )  # fmt: skip
+    _wait_for_training(uri, proc, count=2)
+    workers = [
+        int(r.data.tags[PID_TAG]) for r in _runs(uri) if r.info.status == "RUNNING" and
+        "mlflow.parentRunId" in r.data.tags
+    ]  # fmt: skip
+    assert len(workers) == 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "interrupted by SIGTERM" in err
+    assert not any(process_alive(pid, "") for pid in workers)  # none left training, orphaned
+    assert {r.info.status for r in _runs(uri)} == {"KILLED"}
