@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from suite.config import RunConfig, build_config
+from suite.results import TaskResult
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -64,3 +65,22 @@ def tiny_config(
 
 def tracking_uri(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+
+
+def accuracy_result(seed: int = 0, auc: float = 0.7, **fields: object) -> TaskResult:
+    """A hand-made accuracy ``TaskResult`` (test AUC and log loss) for tests of what reads
+    results; ``fields`` replace any of its attributes."""
+    base: dict[str, object] = {
+        "task": "accuracy",
+        "model": "dlrm",
+        "embedding": "full",
+        "dataset": "criteo-synth",
+        "protocol": "default",
+        "seed": seed,
+        "config": {"seed": seed},
+        "config_hash": f"h{seed}",
+        "data_fingerprint": "f",
+        "metrics": {"test_auc": auc, "test_logloss": 1 - auc},
+        "higher_is_better": {"test_auc": True, "test_logloss": False},
+    }
+    return TaskResult(**{**base, **fields})

@@ -14,6 +14,7 @@ from suite.api import compare, load_results, resolve, runs_of
 from suite.cli import main
 from suite.errors import ConfigError
 from suite.results import TaskResult
+from tests.conftest import accuracy_result
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,19 +55,7 @@ def test_readme_example_runs_end_to_end(isolated: Path, capsys: pytest.CaptureFi
 
 
 def _result(seed: int, auc: float, fingerprint: str = "f") -> TaskResult:
-    return TaskResult(
-        task="accuracy",
-        model="dlrm",
-        embedding="full",
-        dataset="criteo-synth",
-        protocol="default",
-        seed=seed,
-        config={"seed": seed},
-        config_hash=f"h{seed}",
-        data_fingerprint=fingerprint,
-        metrics={"test_auc": auc, "test_logloss": 1 - auc},
-        higher_is_better={"test_auc": True, "test_logloss": False},
-    )
+    return accuracy_result(seed, auc, data_fingerprint=fingerprint)
 
 
 def test_compare_verdicts_follow_the_paired_interval() -> None:

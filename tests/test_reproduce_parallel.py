@@ -12,7 +12,7 @@ from suite.cli import main
 from suite.reproduce.report import comparable
 from suite.reproduce.store import LOGITS_DIGEST, NOISE_FILE, RUNS_DIR
 from suite.results import TaskResult
-from tests.conftest import TINY_DATA, tracking_uri
+from tests.conftest import TINY_DATA, accuracy_result, tracking_uri
 
 SETS = [f"--set=dataset.options.{k}={v}" for k, v in TINY_DATA.items()]
 SETS += ["--set=train.batch_size=128", "--set=train.max_steps=15"]
@@ -249,21 +249,7 @@ def test_a_stored_job_whose_logits_are_gone_trains_again_until_its_noise_is_stor
 
 
 def _timed(created: str, duration_s: float) -> TaskResult:
-    return TaskResult(
-        task="accuracy",
-        model="dlrm",
-        embedding="full",
-        dataset="criteo-synth",
-        protocol="default",
-        seed=0,
-        config={},
-        config_hash="h",
-        data_fingerprint="f",
-        metrics={"test_auc": 0.7},
-        higher_is_better={"test_auc": True},
-        created=created,
-        duration_s=duration_s,
-    )
+    return accuracy_result(created=created, duration_s=duration_s)
 
 
 def test_training_wall_time_counts_overlapping_jobs_once_and_resumed_stretches_apart() -> None:
