@@ -116,6 +116,8 @@ def print_multiseed(agg) -> None:  # noqa: ANN001
     )
     print(f"  checkpoint: {rule}" + (f" (seed:step {steps})" if steps else ""))
     print(f"  std: sample standard deviation (ddof={agg.std_ddof})")
+    for result in agg.per_seed:
+        print_plots(result, f" (seed {result.seed})")
     if agg.mlflow_run_id:
         print(f"  mlflow parent run {agg.mlflow_run_id} in {agg.mlflow_tracking_uri}")
 
@@ -134,5 +136,16 @@ def print_result(result) -> None:  # noqa: ANN001
         print(
             f"  checkpoint: {result.details['checkpoint']} (step {result.details['checkpoint_step']})"
         )
+    print_plots(result)
     if result.mlflow_run_id:
         print(f"  mlflow run {result.mlflow_run_id} in {result.mlflow_tracking_uri}")
+
+
+def print_plots(result, label: str = "") -> None:  # noqa: ANN001
+    """One line naming the figures the run drew (with tracking on, also in its MLflow run
+    under plots/)."""
+    from suite.runs.single import plot_paths
+
+    paths = plot_paths(result.details)
+    if paths:
+        print(f"  plots{label}: {', '.join(str(p) for p in paths)}")

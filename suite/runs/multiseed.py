@@ -27,6 +27,7 @@ from suite.environment import environment
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_text_atomic
 from suite.results import RESULT_SCHEMA_VERSION, TaskResult, now_iso
+from suite.runs.names import parent_run_name, seed_run_name
 from suite.runs.signals import interruptible, interruption, note_killed_run
 from suite.runs.single import FINGERPRINT_CHARS, execute, log_data_input, preflight, run_tags
 from suite.tracking import Tracker, flatten
@@ -173,10 +174,7 @@ def _execute_seeds(
             "suite.multiseed": "true",
             "suite.seeds": ",".join(str(s) for s in seeds),
         }
-        name = (
-            config.tracking.run_name
-            or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}"
-        ) + f"-seeds{len(seeds)}"
+        name = parent_run_name(config, group_hash, seeds)
         parent = Tracker.start(config.tracking.uri, config.tracking.experiment, name, tags)
     try:
         if parent:
@@ -187,7 +185,9 @@ def _execute_seeds(
             log_data_input(parent, config, data)
         results = []
         for seed in seeds:
-            child = config.with_overrides({"seed": seed})
+            child = config.with_overrides(
+                {"seed": seed, "tracking.run_name": seed_run_name(config, group_hash, seed)}
+            )
             results.append(
                 execute(
                     child,

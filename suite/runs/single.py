@@ -28,6 +28,7 @@ from suite.runs.checks import (
     check_output_path,
     check_threads,
 )
+from suite.runs.names import run_name
 from suite.runs.signals import interruptible, interruption, note_killed_run
 from suite.tasks.base import RunContext, Task
 from suite.tracking import Tracker, flatten, resolve_tracking_uri, sqlite_path
@@ -217,12 +218,12 @@ def _execute(
             tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
             if parallel is not None:
                 tags["suite.world_size"] = str(parallel.world)
-            name = (
-                config.tracking.run_name
-                or f"{config.model.name}-{config.embedding.name}-{config.dataset.name}-s{config.seed}"
-            )
             tracker = Tracker.start(
-                config.tracking.uri, config.tracking.experiment, name, tags, parent_run_id
+                config.tracking.uri,
+                config.tracking.experiment,
+                run_name(config),
+                tags,
+                parent_run_id,
             )
         if checkpoints and tracker:
             checkpoints.identity["mlflow_run_id"] = tracker.run_id
@@ -343,6 +344,7 @@ def _run(
             tracker.call(
                 "log its arrays", lambda: tracker.client.log_artifact(tracker.run_id, arrays_file)
             )
+        log_plots(tracker, plot_paths(details))
         if plan_text is not None:
             tracker.log_text(plan_text, "sharding_plan.txt")
             tracker.log_text(_json(plan), "sharding_plan.json")
@@ -352,6 +354,29 @@ def _run(
             log_model(tracker, config, ctx.model, final_step)
         tracker.finish()
     return result
+
+
+PLOTS_ARTIFACT_DIR = "plots"
+
+
+def plot_paths(details: dict[str, Any]) -> list[Path]:
+    """The figures a task drew that exist on disk: ``details["plots"]`` (a list of paths)
+    and ``details["plot"]`` (one path, the scaling task's)."""
+    listed = details.get("plots") or []
+    if isinstance(listed, (str, Path)):
+        listed = [listed]
+    single = details.get("plot")
+    paths = [Path(p) for p in [*listed, *([single] if single else [])]]
+    return [p for p in dict.fromkeys(paths) if p.is_file()]
+
+
+def log_plots(tracker: Tracker, paths: list[Path]) -> None:
+    """Each of ``paths`` as an artifact of the run, under ``plots/``."""
+    for path in paths:
+        tracker.call(
+            f"log its plot {path.name}",
+            lambda p=path: tracker.client.log_artifact(tracker.run_id, str(p), PLOTS_ARTIFACT_DIR),
+        )
 
 
 def _json(data: Any) -> str:
