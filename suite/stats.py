@@ -226,31 +226,33 @@ def delong_test(
     """
     from scipy import stats
 
-    v10, v01 = auc_components(np.asarray(labels), np.vstack([scores_a, scores_b]))
-    m, n = v10.shape[1], v01.shape[1]
-    aucs = v10.mean(axis=1)
-    cov = np.cov(v10) / m + np.cov(v01) / n
+    aucs, cov, rows = _auc_moments(labels, np.vstack([scores_a, scores_b]))
     variance = float(cov[0, 0] + cov[1, 1] - 2 * cov[0, 1])
     diff = float(aucs[0] - aucs[1])
     if variance <= 0:
         z = 0.0 if diff == 0 else math.copysign(math.inf, diff)
         p = 1.0 if diff == 0 else 0.0
-        interval = Interval(diff, diff, diff, m + n, level)
+        interval = Interval(diff, diff, diff, rows, level)
     else:
         sd = math.sqrt(variance)
         z = diff / sd
         p = float(2 * stats.norm.sf(abs(z)))
         q = float(stats.norm.ppf(0.5 + level / 2))
-        interval = Interval(diff, diff - q * sd, diff + q * sd, m + n, level)
+        interval = Interval(diff, diff - q * sd, diff + q * sd, rows, level)
     return DeLongResult(float(aucs[0]), float(aucs[1]), interval, variance, z, p)
 
 
 def auc_covariance(labels: Sequence[float], scores: np.ndarray) -> np.ndarray:
     """DeLong's covariance ``[k, k]`` of the AUCs of ``k`` scorers ``scores [k, N]`` on one
     test set ``labels [N]``: ``S10/m + S01/n`` over the structural components."""
+    return _auc_moments(labels, scores)[1]
+
+
+def _auc_moments(labels: Sequence[float], scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(aucs [k], DeLong covariance [k, k], test rows)`` of ``scores [k, N]``."""
     v10, v01 = auc_components(np.asarray(labels), scores)
     m, n = v10.shape[1], v01.shape[1]
-    return np.atleast_2d(np.cov(v10) / m + np.cov(v01) / n)
+    return v10.mean(axis=1), np.atleast_2d(np.cov(v10) / m + np.cov(v01) / n), m + n
 
 
 # --- Scaling laws: L = L_inf + a * C^-b, with a bootstrap over seeds and points ---
