@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from suite import __version__
+from suite.embeddings.backend import fallback_note, fbgemm_available
 
 
 def _version(dist: str) -> str | None:
@@ -46,7 +47,10 @@ def git_commit() -> str:
 
 
 def fbgemm_version() -> str | None:
-    return _version("fbgemm-gpu") or _version("fbgemm-gpu-cpu")
+    """The installed fbgemm-gpu's version, or ``None`` where it is missing or does not
+    import (built for another torch)."""
+    version = _version("fbgemm-gpu") or _version("fbgemm-gpu-cpu")
+    return version if version is not None and fbgemm_available()[0] else None
 
 
 @functools.cache
@@ -75,8 +79,10 @@ def device_name(device: str) -> str:
 
 
 def environment(device: str = "cpu") -> dict[str, str | int | None]:
-    """Versions, commit, device, CPU/GPU model and thread count of this process."""
-    return {
+    """Versions, commit, device, CPU/GPU model and thread count of this process; where
+    fbgemm-gpu does not import, also ``embedding_backend``: ``"torch (fbgemm-gpu
+    unavailable: <reason>)"`` (tables asking for fbgemm ran on torch)."""
+    env: dict[str, str | int | None] = {
         "suite_version": __version__,
         "git_commit": git_commit(),
         "python": sys.version.split()[0],
@@ -91,3 +97,7 @@ def environment(device: str = "cpu") -> dict[str, str | int | None]:
         "interop_threads": torch.get_num_interop_threads(),
         "platform": platform.platform(),
     }
+    note = fallback_note()
+    if note is not None:
+        env["embedding_backend"] = note
+    return env

@@ -16,6 +16,7 @@ from typing import Literal
 
 import torch
 
+from suite.embeddings.backend import require_fbgemm
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
 
 Precision = Literal["fp32", "fp16", "int8", "int4"]
@@ -24,6 +25,7 @@ KERNEL_DIM_MULTIPLE = 4
 
 
 def _fbgemm_inference():
+    require_fbgemm("low-precision tables (fbgemm's n-bit inference kernel)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fbgemm_gpu.split_embedding_configs import SparseType

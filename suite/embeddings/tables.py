@@ -11,6 +11,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from suite.embeddings.backend import table_backend
+
 Backend = Literal["fbgemm", "torch"]
 SparseOptimizer = Literal["rowwise_adagrad", "adagrad", "sgd"]
 
@@ -113,7 +115,9 @@ class PhysicalTables(nn.Module):
     fused into the backward pass (the kernel owns its optimizer state), except tables
     whose dim the kernel cannot take (not a multiple of 4): those, and every table with
     ``"torch"``, are ``torch.nn`` tables with sparse gradients, the tables of one dim
-    stacked in one ``nn.Embedding`` (one lookup per dim). No table is widened.
+    stacked in one ``nn.Embedding`` (one lookup per dim). No table is widened. Where
+    fbgemm-gpu does not import, ``"fbgemm"`` tables are torch tables
+    (:func:`suite.embeddings.backend.table_backend`).
 
     The tables own their sparse optimizer, as torchrec's fused tables do: the kernel's is
     fused, and the torch tables' :class:`RowwiseAdagrad` / ``torch.optim`` optimizer (the
@@ -139,6 +143,7 @@ class PhysicalTables(nn.Module):
         if len(bounds) != len(rows):
             raise ValueError("init_bounds must give one (low, high) per table")
         self.rows, self.dims = list(rows), list(dims)
+        backend = table_backend(backend)  # torch where fbgemm-gpu does not import
         self.backend, self.optimizer_name = backend, optimizer
         self.learning_rate = learning_rate
         self.init_bounds, self.seed, self.materialized = bounds, seed, materialize

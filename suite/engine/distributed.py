@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from suite.config import RunConfig, ShardingConfig
+from suite.embeddings.backend import require_fbgemm
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
 from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE, PhysicalTables, copy_named
 from suite.engine.comm_codec import CodecStats
@@ -41,6 +42,7 @@ train."""
 
 
 def _quiet_torchrec() -> None:
+    require_fbgemm("TorchRec's sharded tables")
     warnings.filterwarnings("ignore", module="torchrec")
     warnings.filterwarnings("ignore", module="fbgemm_gpu")
     for name in ("torchrec", "torch.fx"):
@@ -449,6 +451,7 @@ def check_shardable(config: RunConfig) -> None:
             f"embedding.name={config.embedding.name} cannot run sharded: its storage is not "
             "table-batched physical tables (sharded methods: full, hash, qr, mixed_dim)"
         )
+    require_fbgemm(f"embedding.name={config.embedding.name} sharded over ranks (TorchRec)")
 
 
 def shard_model(

@@ -14,12 +14,14 @@ import numpy as np
 import torch
 
 from suite.data.access import AccessStream
+from suite.embeddings.backend import require_fbgemm
 
 
 def replay(
     stream: AccessStream, share: float, policy: str, batch: int, device: torch.device, dim: int = 4
 ) -> float:
     """fbgemm's cache hit rate on ``stream`` with a cache of ``share`` of all rows."""
+    require_fbgemm("task.options.fbgemm_replay (fbgemm's caching tables)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import (

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from suite.config import Frozen, RunConfig
+from suite.embeddings.backend import require_fbgemm
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
 from suite.engine.train import evaluate
@@ -51,6 +52,7 @@ class LowPrecTask(Task):
                 f"task lowprec: embedding {config.embedding.name!r} has no plain tables to quantize "
                 "(allowed: full, hash, qr, mixed_dim)"
             )
+        require_fbgemm("task lowprec (fbgemm's n-bit inference tables)")
 
     def run(self, ctx: RunContext) -> TaskOutput:
         cfg = ctx.config

@@ -24,6 +24,7 @@ import torch
 from pydantic import Field
 
 from suite.config import Frozen, RunConfig
+from suite.embeddings.backend import require_fbgemm
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
 from suite.errors import ConfigError
@@ -212,6 +213,10 @@ class ServingTask(Task):
             raise ConfigError(
                 f"task serving: embedding {config.embedding.name!r} has no plain tables to "
                 "quantize; use task.options.precisions=[fp32] or a composed method"
+            )
+        if needs_tables:
+            require_fbgemm(
+                "task serving: task.options.precisions other than fp32 (fbgemm's n-bit tables)"
             )
 
     def run(self, ctx: RunContext) -> TaskOutput:

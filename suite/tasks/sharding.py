@@ -28,7 +28,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from suite.config import Frozen
+from suite.config import Frozen, RunConfig
+from suite.embeddings.backend import require_fbgemm
 from suite.registry import TASKS
 from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
@@ -74,6 +75,7 @@ def table_rows(ctx: RunContext, options: ShardingOptions) -> list[int]:
 
 
 def _quiet_torchrec():  # noqa: ANN202
+    require_fbgemm("task sharding (TorchRec's planner)")
     warnings.filterwarnings("ignore")
     for name in ("torchrec", "root"):
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -278,6 +280,9 @@ class ShardingTask(Task):
     )
 
     Options = ShardingOptions
+
+    def check(self, config: RunConfig) -> None:
+        require_fbgemm("task sharding (TorchRec's planner)")
 
     def run(self, ctx: RunContext) -> TaskOutput:
         from tqdm.auto import tqdm

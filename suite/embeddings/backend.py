@@ -1,0 +1,75 @@
+"""Whether fbgemm-gpu's kernels can run in this process, decided once and in one place.
+
+fbgemm-gpu may be missing, or built for another torch: then its import fails, or raises
+while it loads its libraries or registers its ops. Embedding tables asking for the
+``fbgemm`` backend then run on the ``torch`` backend (one note on stderr says so, once),
+and what needs fbgemm's kernels by nature (n-bit inference tables, its caching tables,
+TorchRec's sharding) refuses in one line. Where fbgemm imports, nothing changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import warnings
+
+from suite.errors import ConfigError
+
+_REASON_CHARS = 200
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    message = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return message if len(message) <= _REASON_CHARS else message[: _REASON_CHARS - 3] + "..."
+
+
+@functools.cache
+def fbgemm_available() -> tuple[bool, str]:
+    """``(True, "")`` when fbgemm-gpu's table-batched modules import here, else
+    ``(False, reason)`` with the failure in one line. The import is tried once."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import fbgemm_gpu.split_embedding_configs  # noqa: F401
+            import fbgemm_gpu.split_table_batched_embeddings_ops_common  # noqa: F401
+            import fbgemm_gpu.split_table_batched_embeddings_ops_inference  # noqa: F401
+            import fbgemm_gpu.split_table_batched_embeddings_ops_training  # noqa: F401
+    except Exception as exc:  # a mismatched build raises anything from its loaders
+        return False, _one_line(exc)
+    return True, ""
+
+
+def fallback_note() -> str | None:
+    """``"torch (fbgemm-gpu unavailable: <reason>)"`` where tables asking for fbgemm run
+    on torch; ``None`` where fbgemm imports."""
+    ok, reason = fbgemm_available()
+    return None if ok else f"torch (fbgemm-gpu unavailable: {reason})"
+
+
+@functools.cache
+def _print_note(reason: str) -> None:
+    print(
+        f"note: fbgemm-gpu unavailable ({reason}); embedding tables run on the torch backend",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def table_backend(requested: str) -> str:
+    """The backend tables asking for ``requested`` run on: ``requested`` itself, or
+    ``"torch"`` for ``"fbgemm"`` where fbgemm does not import (noted once on stderr)."""
+    if requested != "fbgemm":
+        return requested
+    ok, reason = fbgemm_available()
+    if ok:
+        return requested
+    _print_note(reason)
+    return "torch"
+
+
+def require_fbgemm(what: str) -> None:
+    """Raise a one-line :class:`ConfigError` naming ``what`` where fbgemm does not import."""
+    ok, reason = fbgemm_available()
+    if not ok:
+        raise ConfigError(f"{what} needs fbgemm-gpu, which is unavailable here ({reason})")
