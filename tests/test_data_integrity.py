@@ -151,37 +151,6 @@ def test_an_array_overwritten_at_the_same_size_is_refused(
         execute(config)  # `suite run` (and leaderboard verify, through get_prepared) refuse it
 
 
-def test_verification_is_remembered_but_not_for_a_file_changed_since(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    _, path = _synth()
-    old = 1_000_000_000 * 1_000_000_000  # 2001: long before any check
-    for file in path.glob("*.f32"):
-        os.utime(file, ns=(old, old))
-    for file in path.glob("*.i32"):
-        os.utime(file, ns=(old, old))
-    load_prepared(path)  # hashes every file, remembers it
-    import suite.data.integrity as integrity
-
-    hashed: list[str] = []
-    real = integrity.file_sha256
-
-    def counting(file: Path) -> str:
-        hashed.append(file.name)
-        return real(file)
-
-    monkeypatch.setattr(integrity, "file_sha256", counting)
-    load_prepared(path)
-    assert hashed == []  # nothing re-read
-    target = path / "test.label.f32"
-    labels = np.fromfile(target, dtype=np.float32)
-    labels[0] = 1 - labels[0]
-    target.write_bytes(labels.tobytes())  # same size, new mtime
-    with pytest.raises(DataError, match="test.label.f32: content does not match"):
-        load_prepared(path)
-    assert hashed == ["test.label.f32"]
-
-
 def test_a_manifest_range_past_the_vocabulary_is_one_line() -> None:
     _, path = _synth()
     manifest = json.loads((path / "manifest.json").read_text())

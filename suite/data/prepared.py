@@ -4,7 +4,6 @@ Layout of a prepared directory::
 
     manifest.json              schema, row counts, options, sources, fingerprint,
                                each file's sha256, each split's ranges
-    .verified.json             checksums already verified (suite.data.integrity)
     <split>.dense.f32          float32 [N, Dd]
     <split>.sparse.i32|i64     int32/int64 [N, F]
     <split>.label.f32          float32 [N]
@@ -311,11 +310,21 @@ def content_fingerprint(
     return digest.hexdigest()
 
 
+def _remedy(manifest: dict[str, Any]) -> str:
+    """What a refused slot's error tells to do: the ``suite prepare`` command that makes it."""
+    command = (
+        f"suite prepare {manifest.get('dataset', 'DATASET')} --protocol {manifest.get('protocol')}"
+    )
+    raw = " --raw and" if manifest.get("sources") else ""
+    return f"prepare it again with `{command}` (and the{raw} --set options it was prepared with)"
+
+
 def load_prepared(directory: str | Path, trusted: dict[str, str] | None = None) -> PreparedDataset:
     """Memory-map a published prepared directory; refuse incomplete, outdated or corrupt ones.
 
-    The arrays' sizes, checksums (cheaply: see :mod:`suite.data.integrity`) and recorded
-    ranges are checked; any mismatch is one ``DataError`` naming the file or column.
+    The arrays' sizes and sha256 (every file read whole, every load: see
+    :mod:`suite.data.integrity`) and recorded ranges are checked; any mismatch is one
+    ``DataError`` naming the file or column and the command that prepares it again.
     ``trusted``: checksums the caller computed on the bytes it just wrote.
     """
     directory = Path(directory)
@@ -375,5 +384,5 @@ def load_prepared(directory: str | Path, trusted: dict[str, str] | None = None) 
     }
     if unknown:
         raise DataError(f"{manifest_path}: lists unknown files {sorted(unknown)}")
-    verify_files(directory, manifest["files"], diagnose, trusted)
+    verify_files(directory, manifest["files"], diagnose, trusted, _remedy(manifest))
     return PreparedDataset(directory, schema, manifest, splits)

@@ -5,14 +5,18 @@ A checkpoint root holds one run's checkpoints::
 
     LOCK              flock'ed by the one run writing here (two runs never share a root)
     ckpt-000007/      one checkpoint: torch.distributed.checkpoint (DCP) files and
-                      manifest.json (written last: kind, step, chain, loop state, checksums)
+                      manifest.json (written last: kind, step, chain, loop state, checksums,
+                      and its own checksum)
     best-000000420/   the best-so-far model for ``checkpoint: best``, written when it changes
     .tmp-*            a write in progress: never read, removed when the root is opened
 
 Every write goes to a ``.tmp-*`` directory, is fsync'ed, then renamed into place, so a
 killed or failed write (disk full) leaves the previous checkpoint intact and is never
-loaded. Every file's size and SHA-256 are in the manifest and checked on load; a torn,
-corrupt or foreign directory is refused with one line naming the file.
+loaded. Every file's size and SHA-256 are in the manifest and checked on load, and the
+manifest carries the SHA-256 of its own content (``manifest_sha256``), so an edited
+manifest (``loop.step`` changed, say) is refused like a corrupt tensor file; a torn,
+corrupt or foreign directory is refused with one line naming the file. Checkpoints of
+format version 1 (before the manifest's checksum) are refused, as every other version.
 
 A checkpoint holds named tensors only (no pickled objects): the backbone's state, the
 embedding method's :meth:`~suite.embeddings.base.EmbeddingMethod.checkpoint_state`
@@ -72,8 +76,9 @@ from suite.errors import SuiteError
 from suite.models.base import RecModel
 
 FORMAT = "recsuite-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest_sha256"
 CHECKPOINT_RE = re.compile(r"^ckpt-(\d{6})$")
 RANK_DIR_RE = re.compile(r"^rank-\d+-of-(\d+)$")
 BITS = (32, 8, 4, 2)
@@ -393,6 +398,16 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """SHA-256 of a checkpoint manifest's content without its ``manifest_sha256`` field:
+    its canonical JSON (sorted keys, as read back from disk), so the same however it is
+    indented."""
+    content = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST}
+    as_read = json.loads(json.dumps(content))  # tuples, int keys: as a reader sees them
+    canonical = json.dumps(as_read, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _dcp():
@@ -839,6 +854,7 @@ class Checkpointer:
                 f.name: {"bytes": f.stat().st_size, "sha256": _sha256(f)}
                 for f in sorted(tmp.iterdir())
             }
+            manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
             with open(tmp / MANIFEST, "w", encoding="utf-8") as handle:
                 json.dump(manifest, handle, indent=1)
                 handle.flush()
@@ -890,6 +906,11 @@ class Checkpointer:
         if manifest.get("version") != FORMAT_VERSION:
             raise CheckpointError(
                 f"{file}: format version {manifest.get('version')}, this suite reads {FORMAT_VERSION}"
+            )
+        if manifest.get(MANIFEST_DIGEST) != manifest_digest(manifest):
+            raise CheckpointError(
+                f"{file}: edited or corrupt since checkpoint {path.name} was written (its "
+                f"{MANIFEST_DIGEST} does not match its content); refusing to load it"
             )
         return manifest
 
