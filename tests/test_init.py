@@ -19,6 +19,7 @@ from suite.errors import ConfigError
 from suite.models.dcnv2 import DCNv2, DCNv2Options
 from suite.models.dlrm import DLRM, DLRMOptions
 from suite.models.wukong import Wukong, WukongOptions
+from suite.registry import EMBEDDINGS
 from tests.conftest import tiny_config
 
 CPU = torch.device("cpu")
@@ -159,9 +160,7 @@ def test_md_tables_and_projections_as_the_reference() -> None:
     assert projection.abs().max().item() <= math.sqrt(6 / (d + 16))
 
 
-@pytest.mark.parametrize(
-    "embedding", ["full", "hash", "qr", "mixed_dim", "fiited", "robe", "dhe", "ttrec"]
-)
+@pytest.mark.parametrize("embedding", EMBEDDINGS.names())
 def test_init_is_an_option_of_every_method(embedding: str) -> None:
     config = tiny_config(embedding=embedding, overrides=["embedding.options.init=torch"])
     assert config.embedding.typed_options().init == "torch"
