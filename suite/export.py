@@ -154,16 +154,23 @@ def study_tables(study_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def leaderboard_tables(
     submissions_dir: str | Path, metrics: Sequence[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The leaderboard's submissions: one row each, ``mean ± std`` over its seeds."""
+    """The leaderboard's submissions: one row each, ``mean ± std`` over its seeds.
+
+    Each row names the board it belongs to (dataset, protocol, task, training rows and
+    data fingerprint), so rows that ran on different data are never read as one board;
+    rows come sorted by board."""
     import pandas as pd
 
     files = sorted(Path(submissions_dir).glob("*.json"))
     if not files:
         raise ConfigError(f"{submissions_dir}: no submission files")
     numeric_rows, display_rows = [], []
-    for path in files:
+    for path in sorted(files, key=lambda p: (_board_key(p), p.name)):
         data = json.loads(path.read_text(encoding="utf-8"))
-        ident = {k: data.get(k) for k in ("task", "dataset", "model", "embedding", "submitter")}
+        ident = {k: data.get(k) for k in ("task", "dataset", "protocol")}
+        ident["train_rows"] = _train_rows(data)
+        ident["data_fingerprint"] = str(data.get("data_fingerprint") or "")[:12]
+        ident.update({k: data.get(k) for k in ("model", "embedding", "submitter")})
         seeds = len(data.get("seeds") or [])
         numeric = {**ident, "seeds": seeds}
         display = {**ident, "seeds": seeds}
@@ -175,6 +182,19 @@ def leaderboard_tables(
         numeric_rows.append(numeric)
         display_rows.append(display)
     return pd.DataFrame(numeric_rows), pd.DataFrame(display_rows)
+
+
+def _train_rows(data: dict) -> int | None:
+    """A submission's training rows, where its dataset options say them."""
+    options = ((data.get("config") or {}).get("dataset") or {}).get("options") or {}
+    rows = options.get("train_rows") if isinstance(options, dict) else None
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) else None
+
+
+def _board_key(path: Path) -> tuple[str, ...]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    keys = ("dataset", "protocol", "task", "data_fingerprint")
+    return tuple(str(data.get(k) or "") for k in keys)
 
 
 def write_tables(

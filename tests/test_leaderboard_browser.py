@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
-from suite.leaderboard.render import render_html
+from suite.leaderboard.render import groups, render_html
 from tests.test_leaderboard_render import HOSTILE, HOSTILE_NOTES, sample_items
+
+# the boards' ids: what they compare (dataset, protocol, task, data fingerprint)
+AVAZU, CRITEO = (g.gid for g in groups(sample_items()))
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path(shutil.which("chromedriver") or "/usr/bin/chromedriver")
@@ -114,6 +117,17 @@ def _circles(driver: Any, chart: str) -> int:
     )
 
 
+def _error_bars(driver: Any, chart: str) -> int:
+    """The drawn CI bars (each a vertical line with two caps) that span some height."""
+    heights = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#chart-' + arguments[0] + "
+        "' line.errorbar')).map(l => Math.abs(l.y2.baseVal.value - l.y1.baseVal.value))",
+        chart,
+    )
+    assert len(heights) % 3 == 0
+    return sum(h > 0 for h in heights)
+
+
 def test_page_sorts_filters_charts_and_runs_no_injected_script(
     browser: Any, tmp_path: Path
 ) -> None:
@@ -125,48 +139,56 @@ def test_page_sorts_filters_charts_and_runs_no_injected_script(
     page.write_text(render_html(sample_items()), encoding="utf-8")
     browser.get(page.as_uri())
 
-    # boards: g0 = avazu-synth (one entry), g1 = criteo-synth (three)
+    # boards: AVAZU = avazu-synth (one entry), CRITEO = criteo-synth (three)
     assert browser.title == "recsuite leaderboard"
     assert browser.execute_script("return window.__pwned === undefined")
     assert browser.execute_script("return document.querySelectorAll('img').length") == 0
-    submitters = _column(browser, "g1", "Submitter")
+    submitters = _column(browser, CRITEO, "Submitter")
     assert HOSTILE in submitters  # shown as the literal text
-    assert HOSTILE_NOTES in _column(browser, "g1", "Notes")
+    assert HOSTILE_NOTES in _column(browser, CRITEO, "Notes")
     titles = browser.execute_script(
-        "return Array.from(document.querySelectorAll('#chart-g1 title')).map(t => t.textContent)"
+        "return Array.from(document.querySelectorAll('#chart-' + arguments[0] + ' title'))"
+        ".map(t => t.textContent)",
+        CRITEO,
     )
     assert any(HOSTILE in t for t in titles)
-    assert _circles(browser, "g1") == 3
-    assert _circles(browser, "g0") == 1
+    assert any("95% CI" in t for t in titles)
+    assert _circles(browser, CRITEO) == 3
+    assert _error_bars(browser, CRITEO) == 3
+    # a one-entry board has nothing to compare: no chart
+    assert (
+        browser.execute_script("return document.getElementById('chart-' + arguments[0])", AVAZU)
+        is None
+    )
 
     # the board arrives ranked by Test AUC, best first, and its header says so
-    assert _column(browser, "g1", "Embedding") == ["full", "qr", "hash"]
-    assert _sort_marks(browser, "g1") == {"Test AUC": ("descending", "▼")}
-    assert not any(arrow in h for h in _headers(browser, "g1") for arrow in "↑↓")
+    assert _column(browser, CRITEO, "Embedding") == ["full", "qr", "hash"]
+    assert _sort_marks(browser, CRITEO) == {"Test AUC": ("descending", "▼")}
+    assert not any(arrow in h for h in _headers(browser, CRITEO) for arrow in "↑↓")
     # a click on the sorted column reverses it, and the arrow follows the order shown
-    _click_header(browser, "g1", "Test AUC")
-    assert _column(browser, "g1", "Embedding") == ["hash", "qr", "full"]
-    assert _sort_marks(browser, "g1") == {"Test AUC": ("ascending", "▲")}
-    _click_header(browser, "g1", "Test AUC")
-    assert _column(browser, "g1", "Embedding") == ["full", "qr", "hash"]
-    assert _sort_marks(browser, "g1") == {"Test AUC": ("descending", "▼")}
+    _click_header(browser, CRITEO, "Test AUC")
+    assert _column(browser, CRITEO, "Embedding") == ["hash", "qr", "full"]
+    assert _sort_marks(browser, CRITEO) == {"Test AUC": ("ascending", "▲")}
+    _click_header(browser, CRITEO, "Test AUC")
+    assert _column(browser, CRITEO, "Embedding") == ["full", "qr", "hash"]
+    assert _sort_marks(browser, CRITEO) == {"Test AUC": ("descending", "▼")}
     # the first click on another metric puts its best first: least memory, lowest log loss
-    _click_header(browser, "g1", "Embedding memory")
-    assert _column(browser, "g1", "Embedding") == ["hash", "qr", "full"]
-    assert _sort_marks(browser, "g1") == {"Embedding memory": ("ascending", "▲")}
-    _click_header(browser, "g1", "Test log loss")
-    assert _sort_marks(browser, "g1") == {"Test log loss": ("ascending", "▲")}
-    losses = [float(v.split()[0]) for v in _column(browser, "g1", "Test log loss")]
+    _click_header(browser, CRITEO, "Embedding memory")
+    assert _column(browser, CRITEO, "Embedding") == ["hash", "qr", "full"]
+    assert _sort_marks(browser, CRITEO) == {"Embedding memory": ("ascending", "▲")}
+    _click_header(browser, CRITEO, "Test log loss")
+    assert _sort_marks(browser, CRITEO) == {"Test log loss": ("ascending", "▲")}
+    losses = [float(v.split()[0]) for v in _column(browser, CRITEO, "Test log loss")]
     assert losses == sorted(losses)
-    _click_header(browser, "g1", "Test AUC")  # from unsorted: best (highest) first
-    assert _column(browser, "g1", "Embedding") == ["full", "qr", "hash"]
-    assert _sort_marks(browser, "g1") == {"Test AUC": ("descending", "▼")}
-    _click_header(browser, "g1", "Submitter")
-    assert _column(browser, "g1", "Submitter") == [HOSTILE, "Ada", "Grace"]
-    assert _sort_marks(browser, "g1") == {"Submitter": ("ascending", "▲")}
+    _click_header(browser, CRITEO, "Test AUC")  # from unsorted: best (highest) first
+    assert _column(browser, CRITEO, "Embedding") == ["full", "qr", "hash"]
+    assert _sort_marks(browser, CRITEO) == {"Test AUC": ("descending", "▼")}
+    _click_header(browser, CRITEO, "Submitter")
+    assert _column(browser, CRITEO, "Submitter") == [HOSTILE, "Ada", "Grace"]
+    assert _sort_marks(browser, CRITEO) == {"Submitter": ("ascending", "▲")}
 
     # fewer columns by default; the rest behind "all columns"
-    notes = browser.find_element(By.CSS_SELECTOR, "#g1 thead th:last-child")
+    notes = browser.find_element(By.CSS_SELECTOR, f"#{CRITEO} thead th:last-child")
     assert not notes.is_displayed()
     browser.find_element(By.ID, "all-columns").click()
     assert notes.is_displayed()
@@ -174,25 +196,26 @@ def test_page_sorts_filters_charts_and_runs_no_injected_script(
     assert not notes.is_displayed()
 
     # filters: dataset, embedding method, free text
-    criteo = browser.find_element(By.ID, "g1")
-    avazu = browser.find_element(By.ID, "g0")
+    criteo = browser.find_element(By.ID, CRITEO)
+    avazu = browser.find_element(By.ID, AVAZU)
     Select(browser.find_element(By.ID, "filter-dataset")).select_by_value("avazu-synth")
     assert avazu.is_displayed() and not criteo.is_displayed()
     Select(browser.find_element(By.ID, "filter-dataset")).select_by_value("")
     Select(browser.find_element(By.ID, "filter-method")).select_by_value("qr")
     assert criteo.is_displayed() and not avazu.is_displayed()
-    assert _column(browser, "g1", "Embedding") == ["qr"]
-    assert _circles(browser, "g1") == 1
+    assert _column(browser, CRITEO, "Embedding") == ["qr"]
+    assert _circles(browser, CRITEO) == 1
+    assert _error_bars(browser, CRITEO) == 1
     Select(browser.find_element(By.ID, "filter-method")).select_by_value("")
     search = browser.find_element(By.ID, "filter-text")
     search.send_keys("GRACE")
-    assert _column(browser, "g1", "Submitter") == ["Grace"]
+    assert _column(browser, CRITEO, "Submitter") == ["Grace"]
     search.clear()
     search.send_keys("no such entry")
     assert browser.find_element(By.ID, "no-match").is_displayed()
     search.clear()
     search.send_keys(" ")
-    assert _circles(browser, "g1") == 3
+    assert _circles(browser, CRITEO) == 3
 
     # still nothing ran, and the page logged no errors (e.g. CSP violations)
     assert browser.title == "recsuite leaderboard"

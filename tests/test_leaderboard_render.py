@@ -28,9 +28,7 @@ from suite.leaderboard.render import (
     safe_url,
     write_leaderboard,
 )
-from suite.leaderboard.schema import Submission
 from suite.leaderboard.submit import write_submission
-from suite.leaderboard.verified import Verifications
 from tests.test_leaderboard_validate import make_submission, registry_for
 
 REPO_BOARD = Path(__file__).resolve().parents[1] / "leaderboard"
@@ -74,7 +72,7 @@ def test_boards_are_ranked_by_the_primary_metric() -> None:
 
 def test_markdown_tables_escape_untrusted_text() -> None:
     text = render_markdown(sample_items())
-    assert "## criteo\\-synth · accuracy" in text or "## criteo-synth · accuracy" in text
+    assert "## criteo-synth · 4k train rows · accuracy" in text
     assert "<script>" not in text and "<img" not in text
     assert '&lt;script&gt;window.\\_\\_pwned=1;document.title="pwned"&lt;/script&gt;' in text
     rows = [line for line in text.splitlines() if line.startswith("| ")]
@@ -159,12 +157,13 @@ def test_render_command_and_check(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def _repo_items() -> list[Item]:
-    files = sorted((REPO_BOARD / "submissions").glob("*.json"))
-    verified = Verifications.load(REPO_BOARD / "verifications.yaml")
-    return [
-        Item(p.name, Submission.model_validate_json(p.read_text()), verified.is_verified(p.name))
-        for p in files
-    ]
+    """The repository's entries as `suite leaderboard render` reads them: status, stale
+    reasons and verification records included."""
+    from suite.commands.leaderboard import load_valid
+
+    report, items = load_valid(REPO_BOARD)
+    assert report.ok, [str(p) for p in report.problems]
+    return items
 
 
 def test_repository_leaderboard_is_rendered_from_its_submissions(tmp_path: Path) -> None:

@@ -187,9 +187,16 @@ def load_valid(board: Path):  # noqa: ANN201
 
     report = validate(board)
     _print_report(report)
-    verified = report.verifications
+    verified, stale = report.verifications, report.stale()
     items = [
-        Item(path.name, sub, verified.is_verified(path.name)) for path, sub in report.submissions
+        Item(
+            path.name,
+            sub,
+            verified.is_verified(path.name),
+            stale.get(path.name),
+            tuple(verified.of(path.name)),
+        )
+        for path, sub in report.submissions
     ]
     return report, items
 

@@ -54,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from suite.leaderboard.fingerprints import FingerprintRegistry
+    from suite.leaderboard.render import board_of_submission
     from suite.leaderboard.submit import (
         build_submission,
         load_result_files,
@@ -95,6 +96,7 @@ def handle(args: argparse.Namespace) -> int:
         f"  {submission.model}/{submission.embedding} on {submission.dataset} "
         f"({len(submission.seeds)} seeds, config {submission.config_hash})"
     )
+    print(f"  board: {board_of_submission(submission)}")
     return 0
 
 

@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import yaml
 from tabulate import tabulate
 
 from suite.leaderboard.fingerprints import write_atomic
 from suite.leaderboard.metrics import primary_metric, spec_for
-from suite.leaderboard.schema import FILENAME_PATTERN, Submission
+from suite.leaderboard.schema import FILENAME_PATTERN, Submission, slug
+from suite.leaderboard.verified import Verification
 from suite.results import MetricSpec
 from suite.stats import Interval, mean_ci
 from suite.units import human_bytes
@@ -47,6 +49,24 @@ class Item:
     file: str
     sub: Submission
     verified: bool = False
+    stale: str | None = None  # why this suite can no longer re-run it as recorded
+    records: tuple[Verification, ...] = ()  # the re-runs that reproduced it
+
+    @property
+    def status(self) -> str:
+        """``verified`` (ranked), ``stale`` or ``unverified`` (both listed without a rank)."""
+        if self.stale:
+            return "stale"
+        return "verified" if self.verified else "unverified"
+
+    @property
+    def ranked(self) -> bool:
+        return self.status == "verified"
+
+    @property
+    def anchor(self) -> str:
+        """The file's stem: a safe HTML id (lower-case letters, digits, dots, dashes)."""
+        return Path(self.file).stem if FILENAME_PATTERN.match(self.file) else "entry"
 
     def values(self, metric: str) -> list[float]:
         return [run.metrics[metric] for run in self.sub.seeds if metric in run.metrics]
@@ -58,13 +78,15 @@ class Item:
 
 @dataclass(frozen=True)
 class Group:
-    """The entries of one board: same dataset, protocol, data fingerprint and task."""
+    """The entries of one board: same dataset, protocol, data fingerprint and task.
+    ``train_rows`` is the data's training rows where the dataset's options say it."""
 
     gid: str
     dataset: str
     protocol: str
     fingerprint: str
     task: str
+    train_rows: int | None
     primary: str
     metrics: list[str]
     shown: frozenset[str]
@@ -79,9 +101,16 @@ class Group:
 
     @property
     def has_chart(self) -> bool:
-        return all(
+        """Two entries or more, each with the primary metric and the memory figure: one
+        entry has nothing to be compared with."""
+        return len(self.items) > 1 and all(
             MEMORY_METRIC in i.sub.metrics and self.primary in i.sub.metrics for i in self.items
         )
+
+    @property
+    def key(self) -> str:
+        """What the board compares: ``dataset/protocol/task/fingerprint-short``."""
+        return "/".join((self.dataset, self.protocol, self.task, self.fingerprint[:12]))
 
     @property
     def best(self) -> Item:
@@ -104,21 +133,29 @@ def choose_primary(task: str, metrics: Iterable[str], subs: list[Submission]) ->
     return (better or names)[0]
 
 
+def train_rows(sub: Submission) -> int | None:
+    """The training rows the submission's data has, where its dataset options say it."""
+    options = sub.config.get("dataset", {}).get("options")
+    rows = options.get("train_rows") if isinstance(options, dict) else None
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) else None
+
+
 def groups(items: Iterable[Item]) -> list[Group]:
-    """Boards in a fixed order, each ranked: verified entries first, then unverified ones,
-    each by the primary metric's mean."""
+    """Boards in a fixed order, keyed by dataset, task, protocol and data fingerprint, each
+    ranked: verified entries first, then stale and unverified ones, each by the primary
+    metric's mean."""
     by_key: dict[tuple[str, str, str, str], list[Item]] = {}
     for item in sorted(items, key=lambda i: i.file):
         s = item.sub
         by_key.setdefault((s.dataset, s.task, s.protocol, s.data_fingerprint), []).append(item)
     out = []
-    for n, ((dataset, task, protocol, fingerprint), members) in enumerate(sorted(by_key.items())):
+    for (dataset, task, protocol, fingerprint), members in sorted(by_key.items()):
         shared = set.intersection(*(set(i.sub.metrics) for i in members))
         primary = choose_primary(task, shared, [i.sub for i in members])
         sign = -1.0 if members[0].sub.metrics[primary].higher_is_better else 1.0
         members.sort(
             key=lambda i: (
-                not i.verified,
+                not i.ranked,
                 sign * i.sub.metrics[primary].mean,
                 str(i.sub.date),
                 i.file,
@@ -127,13 +164,15 @@ def groups(items: Iterable[Item]) -> list[Group]:
         names = set().union(*(set(i.sub.metrics) for i in members)) - {primary}
         shown = frozenset(m for m in names if spec_for(task, m).shown) | {primary}
         ordered = sorted(names, key=lambda m: (m not in shown, m))
+        rows = {train_rows(i.sub) for i in members}
         out.append(
             Group(
-                f"g{n}",
+                "board-" + slug(f"{dataset}-{protocol}-{task}-{fingerprint[:12]}"),
                 dataset,
                 protocol,
                 fingerprint,
                 task,
+                rows.pop() if len(rows) == 1 else None,
                 primary,
                 [primary, *ordered],
                 shown,
@@ -265,6 +304,7 @@ class Cell:
     numeric: bool = False
     link: str | None = None
     link_text: str = ""
+    more: tuple[tuple[str, str], ...] = ()  # further (text, link) pairs after the link
 
 
 @dataclass(frozen=True)
@@ -303,7 +343,7 @@ def row_cells(group: Group, rank: int | None, item: Item) -> list[tuple[Column, 
             text = format_metric(spec, item.interval(name))
             cells.append((column, Cell(text, repr(summary.mean), True)))
     versus, versus_key = versus_best(group, item)
-    status = "verified" if item.verified else "unverified"
+    status = item.status
     env = s.environment
     device = f"{env.device} ({env.device_name}, {env.threads} thr)"
     cells += [
@@ -316,7 +356,12 @@ def row_cells(group: Group, rank: int | None, item: Item) -> list[tuple[Column, 
             Cell(versus, versus_key),
         ),
         (
-            Column("status", "Status", "verified: a re-run reproduced a recorded seed"),
+            Column(
+                "status",
+                "Status",
+                "verified: a re-run reproduced a recorded seed; stale: this suite can no "
+                "longer re-run it as recorded",
+            ),
             Cell(status, status),
         ),
         (Column("seeds", "Seeds"), Cell(str(len(s.seeds)), str(len(s.seeds)), True)),
@@ -326,8 +371,19 @@ def row_cells(group: Group, rank: int | None, item: Item) -> list[tuple[Column, 
         (Column("config", "Config", shown=False), Cell(s.config_hash, s.config_hash)),
         (Column("paper", "Paper"), Cell("", "", link=safe_url(s.paper), link_text="paper")),
         (
-            Column("file", "File"),
-            Cell("", item.file, link=file_link(item.file), link_text="json"),
+            Column(
+                "file",
+                "Files",
+                "the submission file, its full config, and its record: seeds, MLflow runs, "
+                "environment and the re-runs that reproduced it",
+            ),
+            Cell(
+                "",
+                item.file,
+                link=file_link(item.file),
+                link_text="json",
+                more=(("config", f"#config-{item.anchor}"), ("record", f"#record-{item.anchor}")),
+            ),
         ),
         (Column("notes", "Notes", shown=False), Cell(s.notes or "", (s.notes or "").lower())),
     ]
@@ -338,8 +394,8 @@ def board_rows(group: Group) -> list[list[tuple[Column, Cell]]]:
     """Every row of a board in rank order; verified entries are numbered, others not."""
     rows, rank = [], 0
     for item in group.items:
-        rank += item.verified
-        rows.append(row_cells(group, rank if item.verified else None, item))
+        rank += item.ranked
+        rows.append(row_cells(group, rank if item.ranked else None, item))
     return rows
 
 
@@ -350,17 +406,56 @@ def group_direction(group: Group, name: str) -> bool:
     return True
 
 
-def group_title(group: Group) -> str:
-    return f"{group.dataset} · {group.task}"
+def count_text(n: int) -> str:
+    """``400k``, ``1.5M``, ``12345``: a row count as people say it."""
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size and n % (size // 10) == 0:
+            return f"{n / size:g}{unit}"
+    return str(n)
+
+
+def base_title(group: Group) -> str:
+    parts = [group.dataset]
+    if group.protocol != "default":
+        parts.append(f"{group.protocol} protocol")
+    if group.train_rows is not None:
+        parts.append(f"{count_text(group.train_rows)} train rows")
+    else:
+        parts.append(f"data {group.fingerprint[:12]}")
+    return " · ".join([*parts, group.task])
+
+
+def board_of_submission(sub: Submission) -> str:
+    """The title of the board ``sub`` lands on, with its data fingerprint (short)."""
+    group = groups([Item(sub.filename(), sub)])[0]
+    return f"{base_title(group)} (data {sub.data_fingerprint[:12]})"
+
+
+def group_titles(boards: list[Group]) -> dict[str, str]:
+    """Board id -> title naming what it compares: dataset, protocol (when not the default),
+    training rows (else the data fingerprint) and task, e.g. ``criteo-synth · 400k train
+    rows · accuracy``; boards that would share a title also name their data fingerprint."""
+    base = {g.gid: base_title(g) for g in boards}
+    seen: dict[str, int] = {}
+    for title in base.values():
+        seen[title] = seen.get(title, 0) + 1
+    return {
+        g.gid: base[g.gid]
+        if seen[base[g.gid]] == 1 or g.train_rows is None
+        else f"{base[g.gid]} · data {g.fingerprint[:12]}"
+        for g in boards
+    }
 
 
 def group_meta(group: Group) -> str:
     spec = group.spec(group.primary)
+    rows = "" if group.train_rows is None else f"{group.train_rows:,} train rows, "
     return (
-        f"Protocol {group.protocol}, data fingerprint {group.fingerprint[:12]}. "
+        f"Protocol {group.protocol}, {rows}data fingerprint {group.fingerprint[:12]}. "
         f"Ranked by {spec.label_for(group.primary)} ({direction_text(spec)}); verified entries "
-        "rank first, unverified ones (no re-run has reproduced them yet) follow without a "
-        "rank. Figures are the mean ± the half-width of the 95% Student-t confidence "
+        "rank first, stale ones (this suite can no longer re-run them as recorded) and "
+        "unverified ones (no re-run has reproduced them yet) follow without a rank. Figures "
+        "are the mean ± the half-width of the 95% Student-t confidence "
         "interval over the seeds. vs #1: the primary metric against the #1 entry, paired by "
         "seed (Welch's variance where the seeds differ), by the reproductions' rule: worse "
         "or better by more than the field's margin (0.001 for AUC and log loss) in a "
@@ -397,7 +492,14 @@ def md_link(text: str, url: str) -> str:
 
 
 def md_cell(cell: Cell) -> str:
-    return md_link(cell.link_text, cell.link) if cell.link else md_text(cell.text)
+    """A Markdown cell; an in-page link (``#config-...``) points into ``index.html``, where
+    the full config and record are."""
+    if not cell.link:
+        return md_text(cell.text)
+    pairs = [(cell.link_text, cell.link), *cell.more]
+    return " ".join(
+        md_link(text, f"{INDEX}{link}" if link.startswith("#") else link) for text, link in pairs
+    )
 
 
 def markdown_table(rows: list[list[tuple[Column, Cell]]]) -> str:
@@ -430,8 +532,9 @@ def render_markdown(items: list[Item]) -> str:
     ]
     if not boards:
         lines += ["No submissions yet.", ""]
+    titles = group_titles(boards)
     for group in boards:
-        lines += [f"## {md_text(group_title(group))}", "", md_text(group_meta(group)), ""]
+        lines += [f"## {md_text(titles[group.gid])}", "", md_text(group_meta(group)), ""]
         lines += [markdown_table(board_rows(group)), ""]
     return "\n".join(lines)
 
@@ -465,14 +568,20 @@ def chart_data(boards: list[Group]) -> dict[str, object]:
         points = []
         for n, item in enumerate(group.items):
             s = item.sub
+            mean = s.metrics[group.primary].mean
+            ci = item.interval(group.primary)
+            finite = math.isfinite(ci.low) and math.isfinite(ci.high)
             points.append(
                 {
                     "row": f"{group.gid}-r{n}",
                     "label": f"{s.model} + {s.embedding}",
                     "submitter": s.submitter,
-                    "quality": s.metrics[group.primary].mean,
+                    "quality": mean,
+                    "ci_low": ci.low if finite else mean,
+                    "ci_high": ci.high if finite else mean,
                     "memory": s.metrics[MEMORY_METRIC].mean,
-                    "verified": item.verified,
+                    "verified": item.ranked,
+                    "status": item.status,
                 }
             )
         out.append(
@@ -514,13 +623,15 @@ def _html_table(group: Group) -> list[str]:
     for n, (item, row) in enumerate(zip(group.items, rows, strict=True)):
         s = item.sub
         search = " ".join((s.model, s.embedding, s.submitter)).lower()
-        status = "verified" if item.verified else "unverified"
+        status = item.status
         out.append(
             f'<tr id="{group.gid}-r{n}" class="{status}" data-rank="{n}" '
             f'data-method="{esc(s.embedding)}" data-search="{esc(search)}">'
         )
         for column, cell in row:
-            if cell.link:
+            if column.key == "file":
+                body = f"{_link_html(cell)} " + " ".join(details_html(k, item) for k in DETAILS)
+            elif cell.link:
                 body = (
                     f'<a href="{esc(cell.link)}" rel="noopener noreferrer nofollow">'
                     f"{esc(cell.link_text)}</a>"
@@ -535,6 +646,54 @@ def _html_table(group: Group) -> list[str]:
         out.append("</tr>")
     out.append("</tbody></table></div>")
     return out
+
+
+DETAILS = ("config", "record")
+
+
+def config_yaml(item: Item) -> str:
+    """The submission's full recorded config as YAML (each seed ran it with its own
+    ``seed``)."""
+    seeds = ", ".join(str(run.seed) for run in item.sub.seeds)
+    head = f"# config {item.sub.config_hash}; seed {seeds} (one run each)\n"
+    return head + yaml.safe_dump(item.sub.config, sort_keys=False, allow_unicode=True)
+
+
+def record_yaml(item: Item) -> str:
+    """Where the entry's figures come from: its file, MLflow runs, seeds' config hashes,
+    environment and the re-runs that reproduced it (``verifications.yaml``)."""
+    s = item.sub
+    data = {
+        "file": f"submissions/{item.file}",
+        "status": item.status,
+        "mlflow_parent_run_id": s.mlflow_parent_run_id,
+        "seeds": [
+            {"seed": r.seed, "config_hash": r.config_hash, "mlflow_run_id": r.mlflow_run_id}
+            for r in s.seeds
+        ],
+        "environment": s.environment.model_dump(mode="json", exclude_none=True),
+        "verifications": [r.model_dump(mode="json") for r in item.records],
+    }
+    if item.stale:
+        data["stale"] = item.stale
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def details_html(key: str, item: Item) -> str:
+    """An entry's full config or record as an expandable block with a linkable id."""
+    text = config_yaml(item) if key == "config" else record_yaml(item)
+    return (
+        f'<details id="{key}-{esc(item.anchor)}"><summary>{key}</summary>'
+        f"<pre>{esc(text)}</pre></details>"
+    )
+
+
+def _link_html(cell: Cell) -> str:
+    if not cell.link:
+        return ""
+    return (
+        f'<a href="{esc(cell.link)}" rel="noopener noreferrer nofollow">{esc(cell.link_text)}</a>'
+    )
 
 
 def render_html(items: list[Item]) -> str:
@@ -562,11 +721,12 @@ def render_html(items: list[Item]) -> str:
     ]
     if not boards:
         body.append("<p>No submissions yet.</p>")
+    titles = group_titles(boards)
     for group in boards:
         body += [
             f'<section class="board" id="{group.gid}" data-dataset="{esc(group.dataset)}" '
-            f'data-task="{esc(group.task)}">',
-            f"<h2>{esc(group_title(group))}</h2>",
+            f'data-task="{esc(group.task)}" data-key="{esc(group.key)}">',
+            f"<h2>{esc(titles[group.gid])}</h2>",
             f'<p class="meta">{esc(group_meta(group))}</p>',
         ]
         if group.has_chart:
@@ -579,7 +739,8 @@ def render_html(items: list[Item]) -> str:
                 f'aria-label="{esc(quality)} against {esc(memory)}"></svg>',
                 f"<figcaption>{esc(quality)} ({direction} is better) against "
                 f"{esc(memory.lower())} (log scale); the line joins the entries no other entry "
-                "beats with less memory; hollow points are unverified.</figcaption>",
+                "beats with less memory; bars are the 95% confidence intervals over the seeds; "
+                "hollow points are not verified.</figcaption>",
                 "</figure>",
             ]
         body += _html_table(group)
@@ -653,6 +814,9 @@ svg .axis { stroke: var(--muted); stroke-width: 1; }
 svg .grid { stroke: var(--line); stroke-width: 1; }
 svg .front { fill: none; stroke: var(--accent); stroke-width: 1.5; stroke-dasharray: 4 3; }
 svg .point { fill: var(--accent); fill-opacity: 0.8; }
+svg .errorbar { stroke: var(--accent); stroke-width: 1.2; }
+tr.stale td { color: var(--muted); }
+details pre { font-size: 12px; white-space: pre; text-align: left; }
 svg text { font: 11px system-ui, sans-serif; fill: var(--muted); }
 svg text.label { fill: var(--fg); }
 """
@@ -741,9 +905,10 @@ SCRIPT = """
       return;
     }
     var lx = points.map(function (p) { return Math.log10(p.memory); });
-    var qs = points.map(function (p) { return p.quality; });
+    var lows = points.map(function (p) { return Math.min(p.quality, p.ci_low); });
+    var highs = points.map(function (p) { return Math.max(p.quality, p.ci_high); });
     var x0 = Math.min.apply(null, lx), x1 = Math.max.apply(null, lx);
-    var y0 = Math.min.apply(null, qs), y1 = Math.max.apply(null, qs);
+    var y0 = Math.min.apply(null, lows), y1 = Math.max.apply(null, highs);
     if (x1 - x0 < 0.2) { x0 -= 0.1; x1 += 0.1; }
     if (y1 - y0 < 1e-3) { y0 -= 5e-4; y1 += 5e-4; }
     var padX = (x1 - x0) * 0.08, padY = (y1 - y0) * 0.12;
@@ -784,11 +949,18 @@ SCRIPT = """
     points.forEach(function (p) {
       var g = node("g", {"class": "entry", "data-row": p.row});
       var cx = sx(Math.log10(p.memory)), cy = sy(p.quality);
+      // the 95% CI over the seeds: a vertical bar with caps
+      var lo = sy(p.ci_low), hi = sy(p.ci_high);
+      [[cx, lo, cx, hi], [cx - 4, lo, cx + 4, lo], [cx - 4, hi, cx + 4, hi]].forEach(function (s) {
+        g.appendChild(node("line", {"class": "errorbar", x1: s[0].toFixed(1), y1: s[1].toFixed(1),
+                                    x2: s[2].toFixed(1), y2: s[3].toFixed(1)}));
+      });
       var dot = node("circle", {"class": p.verified ? "point" : "point unverified",
                                 cx: cx.toFixed(1), cy: cy.toFixed(1), r: 5});
       dot.appendChild(node("title", {}, p.label + " by " + p.submitter +
-                           (p.verified ? "" : " (unverified)") + ": " + chart.quality +
-                           " " + p.quality.toFixed(4) + ", " + humanBytes(p.memory)));
+                           (p.verified ? "" : " (" + p.status + ")") + ": " + chart.quality +
+                           " " + p.quality.toFixed(4) + " (95% CI " + p.ci_low.toFixed(4) +
+                           " to " + p.ci_high.toFixed(4) + "), " + humanBytes(p.memory)));
       g.appendChild(dot);
       var right = cx > W * 0.7;
       g.appendChild(node("text", {"class": "label", x: (right ? cx - 8 : cx + 8).toFixed(1),

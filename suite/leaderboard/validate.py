@@ -16,6 +16,10 @@ and the other is blamed.
 Everything here is re-computed from the file itself, so it catches mistakes and edits, not
 made-up numbers that agree with each other: only ``verify`` re-runs a seed. Entries without
 a record in ``verifications.yaml`` are reported as unverified (a warning) and rendered so.
+A record is resolved with the fields added since it was made set to their old values
+(:mod:`suite.leaderboard.history`); one this suite cannot re-run as recorded (a field added
+since with no old value in that table, or re-runs that all predate a change that alters
+results) is reported and rendered as ``stale``.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from suite.config import stable_hash, validate_config
+from suite.config import stable_hash
 from suite.errors import ConfigError, SuiteError
 from suite.leaderboard import FINGERPRINTS, SUBMISSIONS
 from suite.leaderboard.fingerprints import FingerprintRegistry, options_hash
+from suite.leaderboard.history import flat, predating_change, resolve_recorded
 from suite.leaderboard.metrics import declared, required_metrics
 from suite.leaderboard.schema import (
     FILENAME_PATTERN,
@@ -49,6 +54,7 @@ REL_TOL = 1e-9
 ABS_TOL = 1e-12
 UNREGISTERED = "unregistered-fingerprint"
 UNVERIFIED = "unverified"
+STALE = "stale"
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,16 @@ class Report:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def stale(self) -> dict[str, str]:
+        """File name -> why it is stale, for every file warned ``stale``."""
+        return {Path(w.file).name: w.message for w in self.warnings if w.code == STALE}
+
+    def status(self, path: Path) -> str:
+        """``stale``, ``verified`` or ``unverified``: what the board shows for ``path``."""
+        if path.name in self.stale():
+            return STALE
+        return "verified" if self.verifications.is_verified(path.name) else UNVERIFIED
 
 
 def schema_problems(name: str, error: ValidationError) -> list[Problem]:
@@ -124,15 +140,6 @@ def _get(data: Any, *keys: str) -> Any:
             return None
         data = data.get(key)
     return data
-
-
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_flat(value, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): data}
 
 
 def close(a: float, b: float) -> bool:
@@ -216,15 +223,15 @@ def check_config(name: str, sub: Submission) -> tuple[list[Problem], list[Proble
             )
         )
     try:
-        resolved = validate_config({**config, "seed": sub.seeds[0].seed}).identity()
+        resolved = resolve_recorded({**config, "seed": sub.seeds[0].seed})
     except ConfigError as exc:
         problems.append(Problem(name, "config", f"does not resolve with this suite: {exc}"))
         return problems, warnings
     except Exception as exc:  # noqa: BLE001 - any failure of untrusted config is a problem
         problems.append(Problem(name, "config", f"does not resolve with this suite: {exc}"))
         return problems, warnings
-    recorded = _flat({**config, "seed": sub.seeds[0].seed})
-    now = _flat(resolved)
+    recorded = flat({**config, "seed": sub.seeds[0].seed})
+    now = flat(resolved.config.identity())
     for key in sorted(recorded):
         if key not in now:
             problems.append(Problem(name, f"config.{key}", "is not a field of the resolved config"))
@@ -232,15 +239,16 @@ def check_config(name: str, sub: Submission) -> tuple[list[Problem], list[Proble
             problems.append(
                 Problem(name, f"config.{key}", f"is {recorded[key]!r} but resolves to {now[key]!r}")
             )
-    added = sorted(set(now) - set(recorded))
-    if added:
+    if resolved.unknown:
         warnings.append(
             Problem(
                 name,
                 "config",
-                "this suite resolves fields the submission does not record "
-                f"(defaults added since): {', '.join(added)}",
-                "warning",
+                "stale: this suite resolves fields the submission does not record and "
+                "suite/leaderboard/history.py:ADDED_SINCE holds no old value for: "
+                f"{', '.join(resolved.unknown)}; its recorded config hash no longer says "
+                "what a re-run would train",
+                STALE,
             )
         )
     return problems, warnings
@@ -502,17 +510,39 @@ def validate(
     except SuiteError as exc:
         report.problems.append(Problem(VERIFICATIONS, "(file)", str(exc)))
     for path, _ in report.submissions:
-        if not report.verifications.is_verified(path.name):
-            report.warnings.append(
-                Problem(
-                    label_of(path, root),
-                    "(verification)",
-                    "unverified: no re-run has reproduced it yet; it is shown as unverified "
-                    f"until `suite leaderboard verify {shell_path(path)} --record` passes",
-                    UNVERIFIED,
-                )
-            )
+        report.warnings += verification_warnings(label_of(path, root), path, report.verifications)
     return report
+
+
+def verification_warnings(label: str, path: Path, verifications: Verifications) -> list[Problem]:
+    """``unverified`` when no re-run reproduced the file; ``stale`` when every re-run that
+    did predates a change that alters results (:data:`~suite.leaderboard.history.RESULT_CHANGES`)."""
+    records = verifications.of(path.name)
+    again = f"`suite leaderboard verify {shell_path(path)} --record`"
+    if not records:
+        return [
+            Problem(
+                label,
+                "(verification)",
+                "unverified: no re-run has reproduced it yet; it is shown as unverified "
+                f"until {again} passes",
+                UNVERIFIED,
+            )
+        ]
+    missed = [predating_change(r.suite_commit, r.date) for r in records]
+    if all(missed):
+        change = missed[-1]
+        assert change is not None
+        return [
+            Problem(
+                label,
+                "(verification)",
+                f"stale: its re-runs predate {change.commit} ({change.what}), which alters "
+                f"results; it is shown as stale until {again} passes again",
+                STALE,
+            )
+        ]
+    return []
 
 
 def shell_path(path: Path) -> str:

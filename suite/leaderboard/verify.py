@@ -1,7 +1,10 @@
 """Re-running one recorded seed of a submission and comparing its metrics.
 
 The seed runs through the ordinary run path (``validate_config`` -> ``execute``), tracked
-like any run (tagged ``suite.verify_of``). Before training, the prepared data's
+like any run (tagged ``suite.verify_of``), with exactly the recorded config: a field added
+to the suite since the record was made takes the value that reproduces the old behaviour
+(:data:`suite.leaderboard.history.ADDED_SINCE`), never today's default. A stale
+submission (:mod:`suite.leaderboard.history`) may be re-run but not recorded. Before training, the prepared data's
 fingerprint must equal the recorded one.
 
 Comparison rules, by the kind each task declares for a metric
@@ -28,9 +31,10 @@ from typing import Any
 
 from suite.config import validate_config
 from suite.errors import SuiteError
+from suite.leaderboard.history import ADDED_SINCE, Resolved, recorded_hash, resolve_recorded
 from suite.leaderboard.metrics import declared
 from suite.leaderboard.schema import Submission
-from suite.leaderboard.validate import check_config, load_submission
+from suite.leaderboard.validate import STALE, check_config, load_submission
 from suite.leaderboard.verified import VERIFICATIONS, Verification, Verifications
 from suite.results import TaskResult
 
@@ -112,15 +116,17 @@ class Outcome:
         return max(diffs, default=0.0)
 
 
-def load_checked(path: Path) -> Submission:
-    """The submission, with its config hashes checked; problems raise ``SuiteError``."""
+def load_checked(path: Path) -> tuple[Submission, str | None]:
+    """The submission, with its config hashes checked, and why it is stale (None: it is
+    not); problems raise ``SuiteError``."""
     sub, problems = load_submission(path)
     if sub is None:
         raise SuiteError("; ".join(str(p) for p in problems))
-    problems, _ = check_config(str(path), sub)
+    problems, warnings = check_config(str(path), sub)
     if problems:
         raise SuiteError("; ".join(str(p) for p in problems))
-    return sub
+    stale = next((w.message for w in warnings if w.code == STALE), None)
+    return sub, stale
 
 
 def compare(
@@ -153,14 +159,17 @@ def verify(
     from suite.runs.single import execute
 
     opts = options or VerifyOptions()
-    sub = load_checked(path)
+    sub, stale = load_checked(path)
+    if stale and opts.record:
+        raise SuiteError(f"{path}: not recording a re-run of a stale submission ({stale})")
     runs = {run.seed: run for run in sub.seeds}
     seed = sub.seeds[0].seed if opts.seed is None else opts.seed
     if seed not in runs:
         raise SuiteError(f"{path}: seed {seed} is not recorded (recorded: {sorted(runs)})")
     recorded_device = sub.environment.device
     device = opts.device or recorded_device
-    data = {**sub.config, "seed": seed, "device": device}
+    resolved = resolve_recorded({**sub.config, "seed": seed}, f"config of {path}")
+    data = {**resolved.config.model_dump(mode="json"), "device": device}
     dataset = dict(data.get("dataset") or {})
     dataset.update({k: v for k, v in (("cache_dir", opts.cache_dir), ("raw", opts.raw)) if v})
     data["dataset"] = dataset
@@ -178,10 +187,19 @@ def verify(
         tolerance = CPU_TOLERANCE if cpu else DEFAULT_TOLERANCE
     rule = f"within {tolerance:g} ({'CPU re-run of a CPU submission' if cpu else 'another device'})"
     outcome = Outcome(seed, rule)
-    if config.config_hash() != runs[seed].config_hash and device == recorded_device:
+    for added in resolved.applied:
+        old = next(a for a in ADDED_SINCE if a.path == added)
         outcome.notes.append(
-            f"this suite resolves the config to hash {config.config_hash()}, not the recorded "
-            f"{runs[seed].config_hash} (defaults added since)"
+            f"{added} is not recorded (added since, in {old.commit}); re-running with "
+            f"{old.old!r}, the behaviour before it existed"
+        )
+    if stale:
+        outcome.notes.append(stale)
+    rerun_hash = recorded_hash(Resolved(config, resolved.applied, resolved.unknown))
+    if rerun_hash != runs[seed].config_hash and device == recorded_device:
+        outcome.notes.append(
+            f"this suite resolves the config to hash {rerun_hash}, not the recorded "
+            f"{runs[seed].config_hash}"
         )
     versions = {"torch": torch.__version__, "fbgemm": fbgemm_version()}
     for name, here in versions.items():
