@@ -527,7 +527,10 @@ def render_markdown(items: list[Item]) -> str:
         "is *verified* once `suite leaderboard verify FILE --record` has re-run a recorded seed",
         "and reproduced its metrics (sizes exactly; AUC and log loss within 1e-3 absolute, as",
         "x86 CPUs with other vector kernels round differently: up to 4.7e-4 AUC measured on",
-        "these examples); until then it is listed below the verified entries, without a rank.",
+        "the earlier 100k-row examples); until then it is listed below the verified entries,",
+        "without a rank; *stale* entries (this suite can no longer re-run them as recorded)",
+        "are listed there too. Each board holds entries on one dataset, protocol, data",
+        "fingerprint and task only; its title says which.",
         "",
     ]
     if not boards:

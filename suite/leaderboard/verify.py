@@ -18,7 +18,7 @@ Comparison rules, by the kind each task declares for a metric
   thread count that made the file is bit-identical (and says so), but on another x86
   CPU the vector kernels differ (AVX-512, AVX2 or none; ``ATEN_CPU_CAPABILITY``) and one
   epoch of training carries the rounding to differences of up to 4.7e-4 in AUC: measured
-  over the shipped examples' nine seeds with ``benchmarks/verify_tolerance.py``, and
+  over the earlier 100k-row examples' nine seeds with ``benchmarks/verify_tolerance.py``, and
   stated in the README.
 """
 
