@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from suite import __version__
-from suite.embeddings.backend import fallback_note, fbgemm_available
+from suite.kernel_backend import fallback_note, fbgemm_available
 
 
 def _version(dist: str) -> str | None:

@@ -89,9 +89,9 @@ def handle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from suite.config import parse_override, set_dotted
+    from suite.environment import git_commit
     from suite.errors import ConfigError
     from suite.fileio import write_text_atomic
-    from suite.environment import git_commit
     from suite.reproduce.plots import draw_plots
     from suite.reproduce.report import (
         regime_rows_of,

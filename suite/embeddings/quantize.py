@@ -16,8 +16,8 @@ from typing import Literal
 
 import torch
 
-from suite.embeddings.backend import require_fbgemm
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
+from suite.kernel_backend import require_fbgemm
 
 Precision = Literal["fp32", "fp16", "int8", "int4"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "int4")

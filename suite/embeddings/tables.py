@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from suite.embeddings.backend import table_backend
+from suite.kernel_backend import table_backend
 
 Backend = Literal["fbgemm", "torch"]
 SparseOptimizer = Literal["rowwise_adagrad", "adagrad", "sgd"]
@@ -117,7 +117,7 @@ class PhysicalTables(nn.Module):
     ``"torch"``, are ``torch.nn`` tables with sparse gradients, the tables of one dim
     stacked in one ``nn.Embedding`` (one lookup per dim). No table is widened. Where
     fbgemm-gpu does not import, ``"fbgemm"`` tables are torch tables
-    (:func:`suite.embeddings.backend.table_backend`).
+    (:func:`suite.kernel_backend.table_backend`).
 
     The tables own their sparse optimizer, as torchrec's fused tables do: the kernel's is
     fused, and the torch tables' :class:`RowwiseAdagrad` / ``torch.optim`` optimizer (the

@@ -26,12 +26,12 @@ import torch
 from torch import nn
 
 from suite.config import RunConfig, ShardingConfig
-from suite.embeddings.backend import require_fbgemm
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
 from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE, PhysicalTables, copy_named
 from suite.engine.comm_codec import CodecStats
 from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
+from suite.kernel_backend import require_fbgemm
 from suite.models.base import RecModel
 
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from suite.data.access import AccessStream
-from suite.embeddings.backend import require_fbgemm
+from suite.kernel_backend import require_fbgemm
 
 
 def replay(

@@ -7,11 +7,11 @@ from typing import Literal
 from pydantic import Field
 
 from suite.config import Frozen, RunConfig
-from suite.embeddings.backend import require_fbgemm
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
 from suite.engine.train import evaluate
 from suite.errors import ConfigError
+from suite.kernel_backend import require_fbgemm
 from suite.models.base import RecModel
 from suite.registry import TASKS
 from suite.results import MetricSpec

@@ -24,10 +24,10 @@ import torch
 from pydantic import Field
 
 from suite.config import Frozen, RunConfig
-from suite.embeddings.backend import require_fbgemm
 from suite.embeddings.base import ComposedEmbedding
 from suite.embeddings.quantize import quantize_embedding
 from suite.errors import ConfigError
+from suite.kernel_backend import require_fbgemm
 from suite.models.base import RecModel
 from suite.registry import TASKS
 from suite.results import MetricSpec

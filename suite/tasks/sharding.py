@@ -29,7 +29,7 @@ import numpy as np
 from pydantic import Field
 
 from suite.config import Frozen, RunConfig
-from suite.embeddings.backend import require_fbgemm
+from suite.kernel_backend import require_fbgemm
 from suite.registry import TASKS
 from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
