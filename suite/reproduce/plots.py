@@ -8,16 +8,26 @@ plot is written by :func:`suite.figures.save_figure` (PDF, SVG, 300 dpi PNG).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from suite.figures import color, palette, save_figure
+from suite.figures import (
+    MIB,
+    SCALING_LAW,
+    color,
+    fit_rejection,
+    label,
+    metric_label,
+    save_figure,
+)
 from suite.reproduce.runner import Reproduction, RunRecord
+from suite.stats import ScalingFit
 
 
 def accuracy_points(reproduction: Reproduction):  # noqa: ANN201
-    """One row per distinct accuracy run: method, dataset, bytes, AUC mean and CI."""
+    """One row per distinct accuracy run: method, dataset, bytes, AUC mean, CI and seeds."""
     import pandas as pd
 
     rows, seen = [], set()
@@ -36,6 +46,7 @@ def accuracy_points(reproduction: Reproduction):  # noqa: ANN201
                     "bytes": rec.metrics.get("embedding_bytes", math.nan),
                     "auc": auc.mean,
                     "err": 0.0 if math.isnan(auc.low) else auc.half_width,
+                    "seeds": auc.n,
                 }
             )
     return pd.DataFrame(rows)
@@ -58,45 +69,122 @@ def _figure():  # noqa: ANN202
     return fig, fig.subplots()
 
 
+def one_point_per_memory(part):  # noqa: ANN001, ANN201
+    """``part`` with one row per (method, bytes): the same run in several papers (a shared
+    ``full`` baseline) is one point, the one with the most seeds, then the first by run."""
+    ranked = part.sort_values(["seeds", "run"], ascending=[False, True], kind="stable")
+    return ranked.drop_duplicates(["method", "bytes"]).sort_values(["method", "bytes"])
+
+
+def auc_vs_bytes_figure(part, dataset: str):  # noqa: ANN001, ANN201
+    """Test AUC against embedding MiB (log), one line per method with its 95% CI bars.
+
+    ``part``: :func:`accuracy_points` rows of one dataset. Returns the Figure.
+    """
+    fig, ax = _figure()
+    points = one_point_per_memory(part)
+    methods = sorted(set(points["method"]), key=lambda m: (m != "full", m))
+    for method in methods:
+        rows = points[points["method"] == method]
+        ax.errorbar(
+            rows["bytes"] / MIB,
+            rows["auc"],
+            yerr=rows["err"],
+            fmt="-o",
+            color=color(method),
+            capsize=3,
+            markersize=5,
+            lw=1.5,
+            label=label(method),
+        )
+    ax.set_xscale("log")
+    _plain_log_ticks(ax)
+    ax.legend(fontsize=8, loc="best", title="embedding", title_fontsize=8)
+    ax.set_xlabel("embedding memory (MiB, log scale)")
+    ax.set_ylabel("test AUC (mean and 95% CI over seeds)")
+    ax.set_title(f"Test AUC vs embedding memory per method ({dataset})")
+    return fig
+
+
 def draw_auc_vs_bytes(reproduction: Reproduction, out_dir: Path) -> list[str]:
     """Test AUC against embedding MiB per method, one plot per dataset; returns PNG names."""
-    import seaborn as sns
-
     frame = accuracy_points(reproduction)
     names: list[str] = []
     if frame.empty:
         return names
     for dataset, part in frame.groupby("dataset", sort=True):
-        part = part.sort_values("bytes")
-        fig, ax = _figure()
-        methods = list(dict.fromkeys(part["method"]))
-        sns.lineplot(
-            data=part.assign(MiB=part["bytes"] / 2**20),
-            x="MiB",
-            y="auc",
-            hue="method",
-            palette=palette(methods),
-            marker="o",
-            ax=ax,
-        )
-        for method, rows in part.groupby("method"):
-            ax.errorbar(
-                rows["bytes"] / 2**20,
-                rows["auc"],
-                yerr=rows["err"],
-                fmt="none",
-                ecolor=color(str(method)),
-                capsize=3,
-            )
-        ax.set_xscale("log")
-        _plain_log_ticks(ax)
-        ax.legend(fontsize=8, loc="best")
-        ax.set_xlabel("embedding memory (MiB, log)")
-        ax.set_ylabel("test AUC (mean, 95% CI over seeds)")
-        ax.set_title(f"Test AUC against embedding memory: {dataset}")
+        fig = auc_vs_bytes_figure(part, str(dataset))
         written = save_figure(fig, out_dir / f"auc_vs_bytes_{dataset}")
         names.append(written[0].name)
     return names
+
+
+@dataclass(frozen=True)
+class Family:
+    """One scaling family of a reproduction: its runs' compute and metric with 95% CIs."""
+
+    name: str
+    backbone: str
+    flops: np.ndarray  # [P] training FLOPs per size
+    means: np.ndarray  # [P] metric mean over seeds
+    errs: np.ndarray  # [P] 95% CI half-width (0 without one)
+    fit: ScalingFit
+
+
+def _fit_legend(family: Family) -> str:
+    """``DLRM fit: b = 0.95, R² = 0.99``, or why the fit fails the gate."""
+    fit = family.fit
+    text = f"{_family_label(family)} fit: b = {fit.fit.b:.3g}, R² = {fit.fit.r2:.2f}"
+    reason = fit_rejection(fit.fit.points, fit.fit.r2, fit.fit.converged)
+    if reason is None and not fit.measurable:
+        reason = "fit rejected (no stable bootstrap interval for $b$)"
+    return f"{text}, {reason}" if reason else text
+
+
+def _family_label(family: Family) -> str:
+    name = label(family.backbone)
+    return name if family.name == family.backbone else f"{family.name} ({name})"
+
+
+def scaling_figure(metric: str, families: list[Family]):  # noqa: ANN201
+    """``metric`` against training FLOPs (log), one colour per backbone: seed means with
+    95% CI bars and, where the fit converged, the fitted law dashed. Returns the Figure."""
+    fig, ax = _figure()
+    handles = []  # in drawing order: each family's points, then its fit
+    for family in families:
+        converged = family.fit.fit.converged
+        points = ax.errorbar(
+            family.flops,
+            family.means,
+            yerr=family.errs,
+            fmt="o",
+            color=color(family.backbone),
+            capsize=3,
+            label=_family_label(family) + ("" if converged else ", fit did not converge"),
+        )
+        handles.append(points)
+        if converged:
+            xs = np.geomspace(family.flops.min(), family.flops.max(), 60)
+            (line,) = ax.plot(
+                xs,
+                family.fit.fit.predict(xs),
+                ls="--",
+                lw=1,
+                color=color(family.backbone),
+                label=_fit_legend(family),
+            )
+            handles.append(line)
+    backbones = ", ".join(label(b) for b in dict.fromkeys(f.backbone for f in families))
+    ax.set_xscale("log")
+    ax.set_xlabel("training compute $C$ (FLOPs, log scale)")
+    ax.set_ylabel(f"{metric_label(metric)} (mean and 95% CI over seeds)")
+    ax.set_title(
+        f"Scaling: {metric_label(metric)} vs training FLOPs ({backbones})\n"
+        f"dashed: fitted {SCALING_LAW}",
+        fontsize=11,
+    )
+    ax.legend(handles=handles, fontsize=7)
+    return fig
 
 
 def draw_scaling(reproduction: Reproduction, out_dir: Path) -> list[str]:
@@ -105,36 +193,24 @@ def draw_scaling(reproduction: Reproduction, out_dir: Path) -> list[str]:
     for outcome in reproduction.papers:
         if not outcome.fits:
             continue
-        fig, ax = _figure()
         metric = next(c.claim.metric for c in outcome.claims if c.claim.families())
+        families = []
         for family, fit in outcome.fits.items():
             records: list[RunRecord] = [
                 outcome.runs[f"{family}/{m}"] for m in outcome.families[family]
             ]
-            flops = np.array([r.metrics.get("training_flops", math.nan) for r in records])
             cis = [r.interval(metric) for r in records]
-            means = np.array([c.mean for c in cis])
-            errs = np.array([0.0 if math.isnan(c.low) else c.half_width for c in cis])
-            backbone = records[0].config.model.name
-            ax.errorbar(
-                flops, means, yerr=errs, fmt="o", color=color(backbone), capsize=3, label=family
-            )
-            if fit.fit.converged:
-                xs = np.geomspace(flops.min(), flops.max(), 60)
-                gate = "" if fit.measurable else ", fails gate"
-                ax.plot(
-                    xs,
-                    fit.fit.predict(xs),
-                    ls="--",
-                    lw=1,
-                    color=color(backbone),
-                    label=f"{family} fit: b={fit.fit.b:.3g}, R²={fit.fit.r2:.2f}{gate}",
+            families.append(
+                Family(
+                    name=family,
+                    backbone=records[0].config.model.name,
+                    flops=np.array([r.metrics.get("training_flops", math.nan) for r in records]),
+                    means=np.array([c.mean for c in cis]),
+                    errs=np.array([0.0 if math.isnan(c.low) else c.half_width for c in cis]),
+                    fit=fit,
                 )
-        ax.set_xscale("log")
-        ax.set_xlabel("training compute (FLOPs, log)")
-        ax.set_ylabel(f"{metric.replace('_', ' ')} (mean, 95% CI over seeds)")
-        ax.set_title(f"{outcome.spec.paper}: {metric} = L∞ + a·C^-b")
-        ax.legend(fontsize=7)
+            )
+        fig = scaling_figure(metric, families)
         written = save_figure(fig, out_dir / f"scaling_{outcome.spec.paper}")
         names.append(written[0].name)
     return names

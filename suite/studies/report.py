@@ -150,26 +150,39 @@ def trials_table(spec: StudySpec, trials: Sequence[FrozenTrial], pareto: set[int
 
 
 def plot_front(spec: StudySpec, table: Any, out: Path) -> list[Path]:
-    """Validation AUC against embedding bytes, one colour per method (the suite's palette),
-    the front highlighted; written by ``suite.figures.save_figure`` (PNG at 300 dpi, PDF,
-    SVG). Bytes are labelled in binary units; the axis is logarithmic only when the bytes
-    span more than a factor of 10; the legend sits outside the axes."""
+    """:func:`front_figure` of the complete trials, written by
+    ``suite.figures.save_figure`` (PNG at 300 dpi, PDF, SVG); ``[]`` without any."""
     if table.empty or PLOT_X not in table or PLOT_Y not in table:
         return []
     done = table[table["state"] == "COMPLETE"].dropna(subset=[PLOT_X, PLOT_Y])
     if done.empty:
         return []
-    import matplotlib
+    from suite.figures import save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    return save_figure(front_figure(spec, done), out)
+
+
+def front_figure(spec: StudySpec, done: Any) -> Any:
+    """Validation AUC against embedding memory in MiB, one colour per method (the suite's
+    palette), the Pareto front highlighted, a memory limit dashed; the axis is logarithmic
+    only when the memory spans more than a factor of 10; the legend sits outside the axes.
+
+    ``done``: the trials table's complete rows. Returns the Figure.
+    """
     import seaborn as sns
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    from suite.figures import palette, save_figure
-    from suite.units import human_bytes
+    from suite.figures import MIB, color, label
 
-    done = done.assign(feasible=done["feasible"].map({True: "feasible", False: "infeasible"}))
+    methods = sorted(done["method"].unique())
+    names = {m: label(m) for m in methods}
+    done = done.assign(
+        feasible=done["feasible"].map({True: "feasible", False: "infeasible"}),
+        method=done["method"].map(names),
+        MiB=done[PLOT_X] / MIB,
+    )
     styles = {}
     if (done["feasible"] == "infeasible").any():
         styles = {
@@ -177,42 +190,44 @@ def plot_front(spec: StudySpec, table: Any, out: Path) -> list[Path]:
             "style_order": ["feasible", "infeasible"],
             "markers": {"feasible": "o", "infeasible": "X"},
         }
-    methods = sorted(done["method"].unique())
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     sns.scatterplot(
         data=done,
-        x=PLOT_X,
+        x="MiB",
         y=PLOT_Y,
         hue="method",
-        hue_order=methods,
-        palette=palette(methods),
+        hue_order=[names[m] for m in methods],
+        palette={names[m]: color(m) for m in methods},
         s=50,
         alpha=0.85,
         ax=ax,
         **styles,
     )
-    front = done[done["pareto"]].sort_values(PLOT_X)
+    front = done[done["pareto"]].sort_values("MiB")
     if not front.empty:
         ax.step(
-            front[PLOT_X], front[PLOT_Y], where="post", color="black", lw=1.2, label="Pareto front"
+            front["MiB"], front[PLOT_Y], where="post", color="black", lw=1.2, label="Pareto front"
         )
         ax.scatter(
-            front[PLOT_X], front[PLOT_Y], facecolors="none", edgecolors="black", s=110, lw=1.2
+            front["MiB"], front[PLOT_Y], facecolors="none", edgecolors="black", s=110, lw=1.2
         )
     for c in spec.constraints:
         if c.metric == PLOT_X and c.max is not None:
-            ax.axvline(c.max, color="grey", ls="--", lw=1, label=f"max {human_bytes(c.max)}")
-    if done[PLOT_X].max() > 10 * max(done[PLOT_X].min(), 1.0):
+            limit = c.max / MIB
+            ax.axvline(limit, color="grey", ls="--", lw=1, label=f"memory limit {limit:.3g} MiB")
+    if done["MiB"].max() > 10 * max(done["MiB"].min(), 1.0 / MIB):
         ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
-    ax.set_xlabel("embedding memory")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("embedding memory (MiB)")
     ax.set_ylabel("validation AUC")
-    ax.set_title(f"study {spec.name}: {len(done)} complete trials")
+    ax.set_title(
+        f"Validation AUC vs embedding memory: study {spec.name} ({len(done)} complete trials)"
+    )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    try:
-        return save_figure(fig, out)
-    finally:
-        plt.close(fig)
+    return fig
 
 
 def _write_text(path: Path, text: str) -> Path:

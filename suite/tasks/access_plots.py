@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.data.access import PUBLISHED_REUSE_HISTOGRAM, REUSE_LABELS
-from suite.figures import PALETTE, save_figure
+from suite.figures import NEUTRAL, save_figure
 
 
 def _figure(width: float = 6.4, height: float = 3.8):  # noqa: ANN202
@@ -17,15 +17,11 @@ def _figure(width: float = 6.4, height: float = 3.8):  # noqa: ANN202
     return fig, fig.subplots()
 
 
-def draw_characterization(figures: dict, out_dir: Path) -> list[Path]:
-    """Reuse histogram against the published one, hit-rate curves, unique rows per batch.
-
-    Returns the PNG of each figure (PDF and SVG are written beside it).
-    """
+def reuse_figure(figures: dict):  # noqa: ANN201
+    """The reuse-factor histogram as grouped bars (its bins are categories, in order):
+    this data's unique rows and lookups against the published dlrm_datasets shares."""
     import pandas as pd
     import seaborn as sns
-
-    written: list[Path] = []
 
     fig, ax = _figure(7.5, 3.8)
     rows = [
@@ -43,15 +39,27 @@ def draw_characterization(figures: dict, out_dir: Path) -> list[Path]:
         y="share",
         hue="series",
         order=list(REUSE_LABELS),
-        palette=[PALETTE["full"], PALETTE["qr"], PALETTE["hash"]],
+        palette=list(NEUTRAL),
+        saturation=1.0,
         ax=ax,
     )
-    ax.set_xlabel("reuse factor per window")
+    ax.set_xlabel("reuse factor per window (bins)")
     ax.set_ylabel("share")
     ax.tick_params(axis="x", rotation=60, labelsize=7)
     ax.legend(fontsize=7, loc="upper right", frameon=False)
-    ax.set_title("Reuse-factor histogram")
-    written.append(save_figure(fig, out_dir / "reuse_histogram.png")[0])
+    ax.set_title("Reuse-factor histogram: this data against the published one")
+    return fig
+
+
+def draw_characterization(figures: dict, out_dir: Path) -> list[Path]:
+    """Reuse histogram against the published one, hit-rate curves, unique rows per batch.
+
+    Returns the PNG of each figure (PDF and SVG are written beside it).
+    """
+    import pandas as pd
+    import seaborn as sns
+
+    written = [save_figure(reuse_figure(figures), out_dir / "reuse_histogram.png")[0]]
 
     fig, ax = _figure()
     cache = pd.DataFrame(figures["cache"])
@@ -68,7 +76,7 @@ def draw_characterization(figures: dict, out_dir: Path) -> list[Path]:
         y="hit rate",
         hue="policy",
         marker="o",
-        palette={"LRU": PALETTE["full"], "LFU": PALETTE["mixed_dim"]},
+        palette={"LRU": NEUTRAL[0], "LFU": NEUTRAL[1]},
         ax=ax,
     )
     ax.axhline(
@@ -92,7 +100,7 @@ def draw_characterization(figures: dict, out_dir: Path) -> list[Path]:
             ]
         )
         sns.lineplot(
-            data=frame, x="batch size", y="unique share", marker="o", color=PALETTE["full"], ax=ax
+            data=frame, x="batch size", y="unique share", marker="o", color=NEUTRAL[0], ax=ax
         )
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 1)
@@ -126,7 +134,7 @@ def draw_tiers(placements: list[dict], out_dir: Path) -> list[Path]:
         hue="policy",
         style="policy",
         s=70,
-        palette={"LRU": PALETTE["full"], "LFU": PALETTE["mixed_dim"]},
+        palette={"LRU": NEUTRAL[0], "LFU": NEUTRAL[1]},
         ax=ax,
     )
     for row in frame.itertuples():

@@ -203,44 +203,43 @@ def _prefixed(ctx: RunContext, name: str) -> Callable[[dict[str, float], int], N
     return log
 
 
-def draw_scaling_plot(
-    points: list[dict[str, Any]], fits: dict[str, dict[str, float]], path: Path, dataset: str
-) -> Path:
-    """Test log loss against training FLOPs, log-log, one line per backbone, fits dashed."""
+def scaling_figure(points: list[dict[str, Any]], fits: dict[str, dict[str, float]], dataset: str):  # noqa: ANN201
+    """Test log loss against training FLOPs, log-log, one colour per backbone (the suite's
+    palette), fits dashed with their exponent and R² or why the gate rejects them."""
     import pandas as pd
-    import seaborn as sns
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FormatStrFormatter
 
-    frame = pd.DataFrame(points)
-    backbones = list(dict.fromkeys(frame["backbone"]))
-    palette = dict(zip(backbones, sns.color_palette(n_colors=len(backbones)), strict=True))
+    from suite.figures import SCALING_LAW, color, fit_rejection, label
+
+    frame = pd.DataFrame(points).sort_values("training_flops", kind="stable")
+    backbones = list(dict.fromkeys(p["backbone"] for p in points))
     fig = Figure(figsize=(7, 4.8))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    sns.lineplot(
-        data=frame,
-        x="training_flops",
-        y="test_logloss",
-        hue="backbone",
-        palette=palette,
-        marker="o",
-        ax=ax,
-    )
-    for backbone, fit in fits.items():
-        xs = np.geomspace(
-            frame.loc[frame.backbone == backbone, "training_flops"].min(),
-            frame.loc[frame.backbone == backbone, "training_flops"].max(),
-            50,
+    for backbone in backbones:
+        rows = frame[frame.backbone == backbone]
+        ax.plot(
+            rows["training_flops"],
+            rows["test_logloss"],
+            "-o",
+            color=color(backbone),
+            label=label(backbone),
         )
+        fit = fits.get(backbone)
+        if fit is None or not np.isfinite(fit["exponent"]):
+            continue
+        xs = np.geomspace(rows["training_flops"].min(), rows["training_flops"].max(), 50)
+        text = f"{label(backbone)} fit: b = {fit['exponent']:.3g}, R² = {fit['r2']:.2f}"
+        reason = fit_rejection(int(fit["points"]), fit["r2"])
         ax.plot(
             xs,
             fit["l_inf"] + fit["a"] * xs ** (-fit["exponent"]),
             ls="--",
             lw=1,
-            color=palette[backbone],
-            label=f"{backbone} fit: b={fit['exponent']:.3g}, R²={fit['r2']:.2f}",
+            color=color(backbone),
+            label=f"{text}, {reason}" if reason else text,
         )
     for row in frame.itertuples():
         ax.annotate(
@@ -254,10 +253,23 @@ def draw_scaling_plot(
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
-    ax.set_xlabel("training compute (FLOPs)")
-    ax.set_ylabel("test log loss")
-    ax.set_title(f"scaling on {dataset}")
-    ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    return path
+    ax.set_xlabel("training compute $C$ (FLOPs, log scale)")
+    ax.set_ylabel("test log loss (log scale)")
+    names = ", ".join(label(b) for b in backbones)
+    ax.set_title(
+        f"Scaling: test log loss vs training FLOPs ({names}) on {dataset}\n"
+        f"dashed: fitted {SCALING_LAW}",
+        fontsize=11,
+    )
+    ax.legend(fontsize=7)
+    return fig
+
+
+def draw_scaling_plot(
+    points: list[dict[str, Any]], fits: dict[str, dict[str, float]], path: Path, dataset: str
+) -> Path:
+    """:func:`scaling_figure` written by :func:`suite.figures.save_figure` as ``path``
+    (PNG at 300 dpi, with PDF and SVG beside it); returns the PNG."""
+    from suite.figures import save_figure
+
+    return save_figure(scaling_figure(points, fits, dataset), path.with_suffix(".png"))[0]
