@@ -14,3 +14,7 @@ class ConfigError(SuiteError):
 
 class DataError(SuiteError):
     """Input data is malformed; the message names the file and line."""
+
+
+class DiskFullError(SuiteError):
+    """A write found its filesystem full; the message names the path and the space."""

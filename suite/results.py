@@ -45,9 +45,10 @@ class TaskResult(BaseModel):
     created: str = ""
     duration_s: float = 0.0
 
-    def write(self, path: str | Path) -> Path:
-        """Write atomically (temp file + rename) so no half-written result exists."""
-        return write_text_atomic(path, self.model_dump_json(indent=2))
+    def write(self, path: str | Path, option: str | None = None) -> Path:
+        """Write atomically (temp file + rename) so no half-written result exists; a full
+        disk is one line naming ``path`` and ``option`` (the setting that moves it)."""
+        return write_text_atomic(path, self.model_dump_json(indent=2), option)
 
     @classmethod
     def read(cls, path: str | Path) -> TaskResult:

@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from suite.errors import SuiteError
+from suite.errors import DiskFullError, SuiteError
+from suite.fileio import disk_full_error, exception_chain, is_disk_full
 
 # MLflow's limits: at most 100 params and 1000 metrics per batch call, 6000 characters per
 # param value and 250 per key.
@@ -82,13 +83,48 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _store_call(uri: str, what: str, call: Callable[[], T]) -> T:
-    """``call()``, with any failure of the store turned into one ``SuiteError`` line."""
+    """``call()``, with any failure of the store turned into one ``SuiteError`` line (a
+    full disk: a :class:`~suite.errors.DiskFullError` naming the file and free space)."""
     try:
-        return call()
+        with _quiet(STORE_ERROR_LOGGER):  # it logs each failure with its traceback
+            return call()
     except SuiteError:
         raise
     except Exception as exc:  # noqa: BLE001 - MLflow, SQLAlchemy and OS errors alike
+        if is_disk_full(exc):
+            place = _full_place(uri, exc)
+            full = (
+                disk_full_error(place, option="--tracking-uri")
+                if place is not None
+                else "disk full: free space or point --tracking-uri elsewhere"
+            )
+            raise DiskFullError(f"MLflow tracking store {uri}: cannot {what}: {full}") from None
         raise SuiteError(f"MLflow tracking store {uri}: cannot {what}: {_one_line(exc)}") from None
+
+
+STORE_ERROR_LOGGER = "mlflow.store.db.utils"
+"""MLflow's logger that prints a store failure's chained tracebacks before raising it."""
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Drop ``name``'s log records below CRITICAL for the block."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _full_place(uri: str, exc: BaseException) -> Path | None:
+    """The file a full disk refused (an artifact's, from the ``OSError``), else the
+    SQLite database, else ``None`` (a remote store)."""
+    failed = [e for e in exception_chain(exc) if isinstance(e, OSError) and e.filename]
+    if failed:
+        return Path(str(failed[0].filename))
+    return sqlite_path(uri)
 
 
 @contextlib.contextmanager
@@ -353,12 +389,14 @@ class Tracker:
         self._end("KILLED")
 
     def _end(self, status: str) -> None:
+        """Flush the pending metrics and end the run ``status``. A flush that fails
+        (a full store, say) fails a FINISHED end (the caller then ends it FAILED); a
+        failing or killed run ends anyway, its last seconds of history lost."""
         try:
             self.flush()
         except SuiteError:
             if status == "FINISHED":
                 raise
-            # a failing or killed run ends anyway; its last seconds of history are lost
         self.call(
             f"end it {status}", lambda: self.client.set_terminated(self.run_id, status=status)
         )

@@ -21,6 +21,7 @@ Features run in parallel on a small thread pool (pyarrow and numpy release the G
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -38,7 +39,7 @@ from pydantic import Field
 from tqdm import tqdm
 
 from suite.config import Frozen
-from suite.data.prepared import PreparedDataset, PreparedWriter
+from suite.data.prepared import CACHE_OPTION, PreparedDataset, PreparedWriter
 from suite.data.raw import OnBadRows, RawReader, prefetch
 from suite.data.schema import FeatureSchema
 from suite.data.slot import remove_stale, source_guard
@@ -55,8 +56,8 @@ from suite.data.vocab import (
     splitmix64,
     to_numpy,
 )
-from suite.errors import DataError
-from suite.fileio import make_temp_dir
+from suite.errors import DataError, DiskFullError
+from suite.fileio import check_space, disk_full_error, is_disk_full, make_temp_dir, writing
 from suite.progress import progress_bar
 
 WORKERS = min(4, os.cpu_count() or 1)
@@ -271,8 +272,16 @@ class _Spill:
         self.rows += n
 
     def close_files(self) -> None:
+        """Close every spilled file; the first failure (a flush on a full disk) is raised
+        after all are closed."""
+        failures = []
         for handle in self._files.values():
-            handle.close()
+            try:
+                handle.close()
+            except OSError as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
     def _read(self, name: str, dtype: type, start: int, count: int, width: int = 1) -> np.ndarray:
         """Rows ``[start, start + count)`` of a spilled file, read into memory (not mapped,
@@ -348,7 +357,8 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
     out_dir = Path(job.out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(out_dir.parent, time.time())
-    spill_dir = make_temp_dir(f".{out_dir.name}.spill-{os.getpid()}-", out_dir.parent)
+    with writing(out_dir.parent, option=CACHE_OPTION):
+        spill_dir = make_temp_dir(f".{out_dir.name}.spill-{os.getpid()}-", out_dir.parent)
     cap = options.max_rows_per_table
     spill = _Spill(
         spill_dir, len(dense), len(sparse), rule.needs_time, memory_budget=spill_memory_budget()
@@ -426,6 +436,8 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
             }
             warnings += manifest.pop("warnings", [])
             manifest["warnings"] = warnings
+            row_bytes = 4 * (len(dense) + 1) + _sparse_dtype(schema).itemsize * len(sparse)
+            check_space(out_dir.parent, spill.rows * row_bytes, CACHE_OPTION)
             writer = PreparedWriter(
                 out_dir,
                 schema,
@@ -435,8 +447,16 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
                 both_labels=options.both_labels,
             )
             return _write(spill, rule, drop, vocabs, writer, manifest, pool, job.progress, dataset)
+    except Exception as exc:
+        if isinstance(exc, DiskFullError) or not is_disk_full(exc, spill_dir):
+            raise
+        with contextlib.suppress(OSError):
+            spill.close_files()
+        shutil.rmtree(spill_dir, ignore_errors=True)  # first: the figure shows the space it held
+        raise disk_full_error(out_dir.parent, option=CACHE_OPTION) from None
     finally:
-        spill.close_files()
+        with contextlib.suppress(OSError):  # a close that fails has been reported above
+            spill.close_files()
         shutil.rmtree(spill_dir, ignore_errors=True)
 
 

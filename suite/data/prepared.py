@@ -15,6 +15,7 @@ manifest is never loaded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -39,8 +40,8 @@ from suite.data.integrity import (
     verify_files,
 )
 from suite.data.schema import FeatureSchema
-from suite.errors import DataError
-from suite.fileio import make_temp_dir
+from suite.errors import DataError, DiskFullError
+from suite.fileio import disk_full_error, is_disk_full, make_temp_dir, writing
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -108,6 +109,9 @@ def _files(split: str, sparse_dtype: np.dtype) -> dict[str, str]:
 HASH_QUEUE = 8
 """Chunks whose sha256 may still be pending behind the writer."""
 
+CACHE_OPTION = "dataset.cache_dir (--cache-dir)"
+"""The setting that moves prepared data, named when its disk is full."""
+
 
 class PreparedWriter:
     """Streams split chunks to a temporary directory, then publishes it atomically.
@@ -138,7 +142,10 @@ class PreparedWriter:
         self.both_labels = both_labels
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         slot.remove_stale(self.out_dir.parent, time.time())
-        self.tmp = make_temp_dir(f".{self.out_dir.name}.tmp-{os.getpid()}-", self.out_dir.parent)
+        with writing(self.out_dir.parent, option=CACHE_OPTION):
+            self.tmp = make_temp_dir(
+                f".{self.out_dir.name}.tmp-{os.getpid()}-", self.out_dir.parent
+            )
         self._handles: dict[tuple[str, str], Any] = {}
         self._hashes: dict[str, Any] = {}
         # sha256 runs beside the main thread (hashlib releases the GIL), in order per file
@@ -150,9 +157,12 @@ class PreparedWriter:
     def __enter__(self) -> PreparedWriter:
         return self
 
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, *_: Any) -> None:
         if exc_type is not None:
+            full = exc is not None and is_disk_full(exc, self.tmp)
             self.abort()
+            if full and not isinstance(exc, DiskFullError):
+                raise disk_full_error(self.out_dir.parent, option=CACHE_OPTION) from None
 
     def append(self, split: str, dense: np.ndarray, sparse: np.ndarray, label: np.ndarray) -> None:
         """Append rows: ``dense [n, Dd]``, ``sparse [n, F]``, ``label [n]``.
@@ -221,7 +231,8 @@ class PreparedWriter:
     def abort(self) -> None:
         self._hashing.shutdown(wait=True, cancel_futures=True)
         for handle in self._handles.values():
-            handle.close()
+            with contextlib.suppress(OSError):  # its buffer may not fit a full disk
+                handle.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _check_splits(self, manifest: dict[str, Any]) -> None:

@@ -72,7 +72,8 @@ import torch
 from suite.config import RunConfig
 from suite.embeddings.base import EmbeddingMethod, supports_checkpoints
 from suite.engine.parallel import Parallel
-from suite.errors import SuiteError
+from suite.errors import DiskFullError, SuiteError
+from suite.fileio import check_space, disk_full_error, is_disk_full
 from suite.models.base import RecModel
 
 FORMAT = "recsuite-checkpoint"
@@ -87,8 +88,16 @@ DEFAULT_EVERY = "1m"
 the checkpoint path's share of training time at it."""
 
 
+CHECKPOINT_OPTION = "train.checkpoint_dir"
+"""The setting that moves checkpoints, named when their disk is full."""
+
+
 class CheckpointError(SuiteError):
     """A checkpoint cannot be written or read; the message names the file."""
+
+
+class CheckpointDiskFull(CheckpointError, DiskFullError):
+    """A checkpoint's disk is full; the message names the file and the space."""
 
 
 # ---------------------------------------------------------------- interval and policy
@@ -415,6 +424,15 @@ def _dcp():
         warnings.simplefilter("ignore")
         import torch.distributed.checkpoint as dcp
     return dcp
+
+
+def _unwrap_dcp(exc: BaseException) -> BaseException:
+    """The first rank's exception inside DCP's ``CheckpointException``, else ``exc``."""
+    failures = getattr(exc, "failures", None)
+    if type(exc).__name__ == "CheckpointException" and isinstance(failures, dict) and failures:
+        first = next(iter(failures.values()))
+        return first[0] if isinstance(first, tuple) else first
+    return exc
 
 
 def write_tensors(tensors: dict[str, torch.Tensor], directory: Path) -> None:
@@ -847,7 +865,9 @@ class Checkpointer:
         final = self.root / name
         tmp = self.root / f".tmp-{name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
+        needed = sum(_tensor_bytes(t) for t in tensors.values())
         try:
+            check_space(self.root, needed, CHECKPOINT_OPTION)
             tmp.mkdir()
             write_tensors(tensors, tmp)
             manifest["files"] = {
@@ -864,15 +884,24 @@ class Checkpointer:
                 shutil.rmtree(final)
             os.rename(tmp, final)
             _fsync_dir(self.root)
-        except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
+            full = isinstance(exc, DiskFullError) or is_disk_full(exc, self.root)
+            shutil.rmtree(tmp, ignore_errors=True)  # measured full first: this frees space
+            cause = _unwrap_dcp(exc)
+            if not (full or isinstance(cause, OSError)):
+                raise
             previous = self._latest_seq()
             kept = (
                 f"the previous checkpoint ckpt-{previous:06d} is intact"
                 if previous
                 else "no earlier checkpoint exists"
             )
-            reason = exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
+            if full:
+                said = cause.strerror if isinstance(cause, OSError) else None
+                error = disk_full_error(final, needed, CHECKPOINT_OPTION, said)
+                raise CheckpointDiskFull(f"cannot write checkpoint {error}; {kept}") from None
+            assert isinstance(cause, OSError)
+            reason = cause.strerror or errno.errorcode.get(cause.errno or 0, str(cause))
             raise CheckpointError(f"cannot write checkpoint {final}: {reason}; {kept}") from None
         return final
 

@@ -19,7 +19,7 @@ from suite.engine.checkpoint import remove_checkpoints, run_checkpoints
 from suite.engine.distributed import check_shardable
 from suite.engine.parallel import Parallel, join_process_group, leave_process_group
 from suite.environment import environment
-from suite.errors import ConfigError, SuiteError
+from suite.errors import ConfigError, DiskFullError, SuiteError
 from suite.models.base import RecModel
 from suite.results import ARRAYS_DETAIL, TaskResult, now_iso, write_arrays
 from suite.runs.checks import (
@@ -247,18 +247,52 @@ def _execute(
             return result
         except BaseException as exc:
             if tracker:
-                with contextlib.suppress(SuiteError):  # the store may be what failed
-                    signal_name = interruption(exc)
-                    if signal_name:
+                signal_name = interruption(exc)
+                if signal_name:
+                    with contextlib.suppress(SuiteError):  # the store may be what failed
                         saved = bool(checkpoints and checkpoints.has_checkpoints())
                         note_killed_run(exc, tracker.run_id, tracker.uri, saved)
                         tracker.kill(f"{signal_name} during the run")
-                    else:
-                        tracker.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
-                        tracker.fail()
+                else:
+                    _end_failed(tracker, exc)
             if checkpoints:
                 checkpoints.close()
+            if not interruption(exc):
+                kept = [p for p in (result_path(config, data.fingerprint), out) if p]
+                _note_kept_results(exc, kept, time.time() - (time.perf_counter() - started))
             raise
+
+
+def _end_failed(tracker: Tracker, exc: BaseException) -> None:
+    """End the run FAILED with its error as a tag. If the store cannot record that (full,
+    say), the run stays RUNNING and ``exc``'s message says so."""
+    with contextlib.suppress(SuiteError):  # a full store may still take the status
+        tracker.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
+    try:
+        tracker.fail()
+    except SuiteError as failed:
+        reason = "its store is full" if isinstance(failed, DiskFullError) else str(failed)
+        _add_to_message(
+            exc,
+            f"MLflow run {tracker.run_id} could not be marked FAILED ({reason}) and stays "
+            "RUNNING until `suite runs clean` marks it KILLED",
+        )
+
+
+def _note_kept_results(exc: BaseException, paths: list[str | Path], since: float) -> None:
+    """Say in ``exc``'s message which result files this run wrote before it failed."""
+    written = [str(p) for p in paths if Path(p).is_file() and Path(p).stat().st_mtime >= since]
+    if written:
+        _add_to_message(exc, f"the result was written and is kept: {', '.join(written)}")
+
+
+def _add_to_message(exc: BaseException, note: str) -> None:
+    """Append ``note`` to a one-line :class:`SuiteError`'s message (its type kept for
+    callers); other exceptions get it as a traceback note."""
+    if isinstance(exc, SuiteError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]}; {note}",)
+    else:
+        exc.add_note(note)
 
 
 def _run(
