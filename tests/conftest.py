@@ -84,3 +84,30 @@ def accuracy_result(seed: int = 0, auc: float = 0.7, **fields: object) -> TaskRe
         "higher_is_better": {"test_auc": True, "test_logloss": False},
     }
     return TaskResult(**{**base, **fields})
+
+
+def restored_at_step_12(
+    tmp_path: Path, config: RunConfig, incremental: bool = False, dense: bool = False
+) -> tuple:
+    """``(reference, restored)``: a model trained 12 steps, and a fresh model restored from
+    the step-12 checkpoint of ``config``'s run (``train.max_steps=14``, a checkpoint every 6
+    steps; ``dense``: with its dense optimizer too), for checkpoint round-trip tests."""
+    from suite.data.source import get_prepared
+    from suite.engine.build import build_model
+    from suite.engine.checkpoint import Checkpointer, CheckpointPolicy, Interval
+    from suite.engine.train import make_dense_optimizer, train
+
+    cpu = torch.device("cpu")
+    data = get_prepared(config.dataset, progress=False)
+    identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
+    policy = CheckpointPolicy(incremental=incremental, restore_budget=5.0)
+    with Checkpointer(tmp_path / "c", identity, Interval(steps=6), policy) as c:
+        train(build_model(config, data), data, config.train, config.seed, cpu, checkpoints=c)
+    reference = build_model(config, data)
+    train(reference, data, config.train.model_copy(update={"max_steps": 12}), config.seed, cpu)
+    restored = build_model(config, data)
+    optimizer = make_dense_optimizer(restored.dense_parameters(), config.train) if dense else None
+    with Checkpointer(tmp_path / "c", identity, resume=True) as c:
+        loop = c.restore(restored, optimizer)
+    assert loop is not None and loop.step == 12
+    return reference, restored

@@ -25,10 +25,9 @@ from suite.embeddings.alpt import (
 )
 from suite.embeddings.base import EmbeddingContext
 from suite.engine.build import build_model
-from suite.engine.checkpoint import Checkpointer, CheckpointPolicy, Interval
-from suite.engine.train import make_dense_optimizer, train, train_step
+from suite.engine.train import make_dense_optimizer, train_step
 from suite.registry import EMBEDDINGS
-from tests.conftest import tiny_config
+from tests.conftest import restored_at_step_12, tiny_config
 
 CPU = torch.device("cpu")
 # step 0.5 (exact in binary): v = w / 0.5 = [3, -2.6, 0.4, 2.5, -2.5, 10, -10]
@@ -214,17 +213,7 @@ def test_checkpoint_round_trip(tmp_path: Path, incremental: bool) -> None:
     """The step-12 checkpoint restored into a fresh model equals the model trained to 12
     steps, bit for bit: codes, steps, both optimizers' state and the rounding generator."""
     config = tiny_config(embedding="alpt", overrides=["train.max_steps=14"])
-    data = get_prepared(config.dataset, progress=False)
-    identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
-    policy = CheckpointPolicy(incremental=incremental, restore_budget=5.0)
-    with Checkpointer(tmp_path / "c", identity, Interval(steps=6), policy) as c:
-        train(build_model(config, data), data, config.train, config.seed, CPU, checkpoints=c)
-    reference = build_model(config, data)
-    train(reference, data, config.train.model_copy(update={"max_steps": 12}), config.seed, CPU)
-    restored = build_model(config, data)
-    with Checkpointer(tmp_path / "c", identity, resume=True) as c:
-        loop = c.restore(restored, None)
-    assert loop is not None and loop.step == 12
+    reference, restored = restored_at_step_12(tmp_path, config, incremental)
     expected = reference.embedding.checkpoint_state()
     got = restored.embedding.checkpoint_state()
     names = {"offsets", "step", "codes", "row_state", "step_state", "generator"}

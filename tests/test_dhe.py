@@ -24,10 +24,9 @@ from suite.embeddings.dhe import (
     dhe_transform,
 )
 from suite.engine.build import build_model
-from suite.engine.checkpoint import Checkpointer, CheckpointPolicy, Interval
-from suite.engine.train import make_dense_optimizer, train, train_step
+from suite.engine.train import make_dense_optimizer, train_step
 from suite.runs.single import execute
-from tests.conftest import tiny_config
+from tests.conftest import restored_at_step_12, tiny_config
 
 CPU = torch.device("cpu")
 # slopes a = (3, 5), offsets b = (7, 2), m = 10 buckets: small enough to hash by hand
@@ -147,17 +146,7 @@ def test_checkpoint_round_trip(tmp_path: Path) -> None:
     """The step-12 checkpoint restored into a fresh model (and dense optimizer) equals the
     model trained to 12 steps: hash, network weights and batch-norm statistics."""
     config = tiny_config(embedding="dhe", overrides=["train.max_steps=14", *SMALL])
-    data = get_prepared(config.dataset, progress=False)
-    identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
-    policy = CheckpointPolicy(restore_budget=5.0)
-    with Checkpointer(tmp_path / "c", identity, Interval(steps=6), policy) as c:
-        train(build_model(config, data), data, config.train, config.seed, CPU, checkpoints=c)
-    reference = build_model(config, data)
-    train(reference, data, config.train.model_copy(update={"max_steps": 12}), config.seed, CPU)
-    restored = build_model(config, data)
-    with Checkpointer(tmp_path / "c", identity, resume=True) as c:
-        loop = c.restore(restored, make_dense_optimizer(restored.dense_parameters(), config.train))
-    assert loop is not None and loop.step == 12
+    reference, restored = restored_at_step_12(tmp_path, config, dense=True)
     expected = reference.embedding.checkpoint_state()
     got = restored.embedding.checkpoint_state()
     assert set(got) == set(expected) and "network.1.running_mean" in got

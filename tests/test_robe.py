@@ -9,7 +9,6 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from suite.data.source import get_prepared
 from suite.embeddings.base import EmbeddingContext
 from suite.embeddings.robe import (
     ROBE_PRIME,
@@ -19,11 +18,8 @@ from suite.embeddings.robe import (
     robe_coefficients,
     robe_slots,
 )
-from suite.engine.build import build_model
-from suite.engine.checkpoint import Checkpointer, CheckpointPolicy, Interval
-from suite.engine.train import train
 from suite.runs.single import execute
-from tests.conftest import tiny_config
+from tests.conftest import restored_at_step_12, tiny_config
 
 CPU = torch.device("cpu")
 # A = 3, B = 5, C = 7, P = 11: small enough to hash by hand
@@ -160,17 +156,7 @@ def test_checkpoint_round_trip(tmp_path: Path, incremental: bool) -> None:
     """The step-12 checkpoint restored into a fresh model equals the model trained to 12
     steps: array, optimizer state, offsets and hash (no row groups: written whole)."""
     config = tiny_config(embedding="robe", overrides=["train.max_steps=14"])
-    data = get_prepared(config.dataset, progress=False)
-    identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
-    policy = CheckpointPolicy(incremental=incremental, restore_budget=5.0)
-    with Checkpointer(tmp_path / "c", identity, Interval(steps=6), policy) as c:
-        train(build_model(config, data), data, config.train, config.seed, CPU, checkpoints=c)
-    reference = build_model(config, data)
-    train(reference, data, config.train.model_copy(update={"max_steps": 12}), config.seed, CPU)
-    restored = build_model(config, data)
-    with Checkpointer(tmp_path / "c", identity, resume=True) as c:
-        loop = c.restore(restored, None)
-    assert loop is not None and loop.step == 12
+    reference, restored = restored_at_step_12(tmp_path, config, incremental)
     expected = reference.embedding.checkpoint_state()
     got = restored.embedding.checkpoint_state()
     assert set(got) == {"offsets", "coefficients", "array", "opt_state"} == set(expected)

@@ -24,10 +24,8 @@ from suite.embeddings.ttrec import (
     tt_row_factors,
 )
 from suite.engine.build import build_model
-from suite.engine.checkpoint import Checkpointer, CheckpointPolicy, Interval
-from suite.engine.train import train
 from suite.runs.single import execute
-from tests.conftest import tiny_config
+from tests.conftest import restored_at_step_12, tiny_config
 
 CPU = torch.device("cpu")
 
@@ -181,17 +179,7 @@ def test_checkpoint_round_trip(tmp_path: Path, incremental: bool) -> None:
     """The step-12 checkpoint restored into a fresh model equals the model trained to 12
     steps: cores and their accumulators (whole), full tables (by row group)."""
     config = tiny_config(embedding="ttrec", overrides=["train.max_steps=14"])
-    data = get_prepared(config.dataset, progress=False)
-    identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
-    policy = CheckpointPolicy(incremental=incremental, restore_budget=5.0)
-    with Checkpointer(tmp_path / "c", identity, Interval(steps=6), policy) as c:
-        train(build_model(config, data), data, config.train, config.seed, CPU, checkpoints=c)
-    reference = build_model(config, data)
-    train(reference, data, config.train.model_copy(update={"max_steps": 12}), config.seed, CPU)
-    restored = build_model(config, data)
-    with Checkpointer(tmp_path / "c", identity, resume=True) as c:
-        loop = c.restore(restored, None)
-    assert loop is not None and loop.step == 12
+    reference, restored = restored_at_step_12(tmp_path, config, incremental)
     expected = reference.embedding.checkpoint_state()
     got = restored.embedding.checkpoint_state()
     assert set(got) == set(expected)
