@@ -55,7 +55,6 @@ import torch
 from pydantic import Field
 
 from suite.embeddings.base import (
-    EmbeddingBytes,
     EmbeddingContext,
     EmbeddingMethod,
     EmbeddingOptions,
@@ -160,10 +159,6 @@ class AdaEmbedEmbedding(EmbeddingMethod):
             "auxiliary": [*parts["index"], *parts["utilities"]],
             "optimizer": [self.opt_state],
         }
-
-    def memory(self) -> EmbeddingBytes:
-        total = {k: sum(t.nbytes for t in v) for k, v in self.storage_tensors().items()}
-        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
     def layout(self) -> dict[str, Any]:
         """Physical rows, dim and the rows each feature holds now."""

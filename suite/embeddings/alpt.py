@@ -57,7 +57,6 @@ import torch
 from pydantic import Field
 
 from suite.embeddings.base import (
-    EmbeddingBytes,
     EmbeddingContext,
     EmbeddingMethod,
     EmbeddingOptions,
@@ -236,10 +235,6 @@ class ALPTEmbedding(EmbeddingMethod):
             "auxiliary": [self.offsets],
             "optimizer": [t for t in (self.row_state, self.step_state) if t.numel()],
         }
-
-    def memory(self) -> EmbeddingBytes:
-        total = {k: sum(t.nbytes for t in v) for k, v in self.storage_tensors().items()}
-        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
     def layout(self) -> dict[str, Any]:
         """Bits, rows, bytes a row's codes take, and the step-size granularity."""

@@ -90,8 +90,10 @@ class EmbeddingMethod(nn.Module):
     dim: int
 
     def memory(self) -> EmbeddingBytes:
-        """Bytes of parameters, auxiliary structures and optimizer state."""
-        raise NotImplementedError
+        """Bytes of parameters, auxiliary structures and optimizer state: by default the
+        bytes of :meth:`storage_tensors`, so the figure is the real tensors'."""
+        total = {k: sum(t.nbytes for t in v) for k, v in self.storage_tensors().items()}
+        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
     def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
         """The real tensors behind :meth:`memory`, by the same three keys."""

@@ -30,7 +30,6 @@ from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from suite.embeddings.base import (
-    EmbeddingBytes,
     EmbeddingContext,
     EmbeddingMethod,
     EmbeddingOptions,
@@ -210,10 +209,6 @@ class DHEEmbedding(EmbeddingMethod):
             "auxiliary": [self.coefficients, self.offsets, *self.network.buffers()],
             "optimizer": [],
         }
-
-    def memory(self) -> EmbeddingBytes:
-        total = {k: sum(t.nbytes for t in v) for k, v in self.storage_tensors().items()}
-        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
     def flops_per_example(self) -> int:
         linear = sum(

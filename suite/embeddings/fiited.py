@@ -36,7 +36,6 @@ import torch
 from pydantic import Field, model_validator
 
 from suite.embeddings.base import (
-    EmbeddingBytes,
     EmbeddingContext,
     EmbeddingMethod,
     EmbeddingOptions,
@@ -191,10 +190,6 @@ class FiitedEmbedding(EmbeddingMethod):
             "auxiliary": [*parts["index"], *parts["utilities"]],
             "optimizer": [self.opt_state],
         }
-
-    def memory(self) -> EmbeddingBytes:
-        total = {k: sum(t.nbytes for t in v) for k, v in self.storage_tensors().items()}
-        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
     def compression_steps(self) -> int:
         """The first pruning event at or after the end of the schedule."""

@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
+from suite.embeddings.base import ComposedEmbedding, EmbeddingMethod
 from suite.kernel_backend import require_fbgemm
 
 Precision = Literal["fp32", "fp16", "int8", "int4"]
@@ -127,12 +127,6 @@ class QuantizedEmbedding(EmbeddingMethod):
             "auxiliary": aux,
             "optimizer": [],
         }
-
-    def memory(self) -> EmbeddingBytes:
-        """Bytes of the n-bit tables as the kernel holds them (values, per-row fp16 scale
-        and bias, row alignment), the combine's parameters and the index maps."""
-        total = {k: sum(t.nbytes for t in v) for k, v in self.storage_tensors().items()}
-        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
     def flops_per_example(self) -> int:
         return self.combine.flops_per_example()

@@ -28,7 +28,6 @@ import torch
 from pydantic import Field, model_validator
 
 from suite.embeddings.base import (
-    EmbeddingBytes,
     EmbeddingContext,
     EmbeddingMethod,
     EmbeddingOptions,
@@ -155,10 +154,6 @@ class RobeEmbedding(EmbeddingMethod):
             "auxiliary": [self.offsets, self.coefficients],
             "optimizer": [self.opt_state],
         }
-
-    def memory(self) -> EmbeddingBytes:
-        total = {k: sum(t.nbytes for t in v) for k, v in self.storage_tensors().items()}
-        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
     def layout(self) -> dict[str, Any]:
         """Array size, block size and the hash coefficients."""

@@ -42,7 +42,6 @@ from pydantic import Field
 from torch import nn
 
 from suite.embeddings.base import (
-    EmbeddingBytes,
     EmbeddingContext,
     EmbeddingMethod,
     EmbeddingOptions,
@@ -329,10 +328,6 @@ class TTRecEmbedding(EmbeddingMethod):
             "auxiliary": [self.tt_index, self.full_index],
             "optimizer": [*self._states, *tables.get("optimizer", [])],
         }
-
-    def memory(self) -> EmbeddingBytes:
-        total = {k: sum(t.nbytes for t in v) for k, v in self.storage_tensors().items()}
-        return EmbeddingBytes(total["parameters"], total["auxiliary"], total["optimizer"])
 
     def flops_per_example(self) -> int:
         d1, d2, d3 = self.dims
