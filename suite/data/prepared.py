@@ -16,6 +16,7 @@ manifest is never loaded.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -297,8 +298,19 @@ def _publish(tmp: Path, out_dir: Path) -> None:
         os.replace(out_dir, old)
     try:
         os.replace(tmp, out_dir)
-    except BaseException:
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and (out_dir / MANIFEST).is_file():
+            # a concurrent prepare of the same slot published between our two renames:
+            # its arrays stand (the same deterministic content), ours and the old go
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+            return
         if old is not None:  # put the old arrays back before reporting
+            os.replace(old, out_dir)
+        raise
+    except BaseException:
+        if old is not None:
             os.replace(old, out_dir)
         raise
     if old is not None:
