@@ -1,4 +1,4 @@
-"""Sessions: tests, tests_slow, lint, reproduce, bench, study, submit.
+"""Sessions: tests, tests_slow, lint, reproduce, bench, study, submit, gpu.
 
 A fresh machine needs only Python 3.11+ and pip: ``python3 -m pip install nox`` then
 ``nox -s <session>``. Each session installs the suite with the fbgemm wheel that fits
@@ -141,3 +141,14 @@ def submit(session: nox.Session) -> None:
         session.run("suite", "submit", *session.posargs)
     session.run("suite", "leaderboard", "validate")
     session.run("suite", "leaderboard", "render")
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """The GPU check in one command (``python -m suite.gpu_check``, for a machine without
+    nox): on a CUDA machine the ``gpu`` tests, the tasks with fbgemm's TBE and the torch
+    backend, n-bit bytes, the MANAGED_CACHING replay and TBE bandwidth; writes
+    results/bench/gpu-<device>.json and prints a table. Without CUDA (or ``-- --dry-run``)
+    the CUDA steps are skipped with the reason and their CPU analogs run."""
+    install_suite(session)
+    session.run("python", "-m", "suite.gpu_check", *session.posargs)

@@ -34,7 +34,7 @@ FLOORS: list[set[str]] = [
     {"engine"},
     {"tasks"},
     {"runs"},
-    {"studies", "reproduce", "leaderboard", "api", "export"},
+    {"studies", "reproduce", "leaderboard", "api", "export", "gpu_check"},
     {"commands"},
     # the package facade lends the API lazily (``from suite import run``), so it sits on top
     {"cli", "__main__", "__init__"},

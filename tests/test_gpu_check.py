@@ -1,0 +1,75 @@
+"""The GPU check's dry run on CPU: CUDA steps skipped with their reason, CPU analogs real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.gpu_check import DRY_RUN, NO_CUDA, STEPS, slug, table
+from suite.gpu_check.__main__ import main
+from suite.gpu_check.bandwidth import TBEShape, tbe_bytes
+from suite.gpu_check.steps import expected_quantized_bytes
+
+
+def test_dry_run_skips_cuda_steps_with_a_reason_and_runs_the_cpu_analogs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--dry-run", "--out", str(tmp_path / "bench")]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((tmp_path / "bench" / "gpu-dry-run.json").read_text())
+    assert report["dry_run"] is True and report["format"] == 1
+    assert report["versions"]["torch"] and report["versions"]["fbgemm"]
+    assert "available" in report["nvidia_smi"]
+    assert "unique rows" in report["bytes_counted"]
+
+    by_device = {(r["step"], r["device"]): r for r in report["steps"]}
+    for step in STEPS:  # every step is there, its CUDA run skipped with the reason
+        cuda = by_device[(step.name, "cuda")]
+        assert cuda["status"] == "skipped"
+        assert cuda["reason"] in (NO_CUDA, DRY_RUN)
+        assert ((step.name, "cpu") in by_device) == step.cpu_analog
+    cpu = {name: r for (name, device), r in by_device.items() if device == "cpu"}
+    assert {r["status"] for r in cpu.values()} == {"ok"}, [r["reason"] for r in cpu.values()]
+    assert report["counts"] == {"ok": len(cpu), "failed": 0, "skipped": len(STEPS)}
+
+    # the CPU steps' figures are real: both backends trained alike, bytes agree, rates positive
+    accuracy = cpu["accuracy"]["figures"]
+    assert 0.0 < accuracy["fbgemm"]["test_auc"] < 1.0
+    assert accuracy["fbgemm"]["test_auc"] == pytest.approx(accuracy["torch"]["test_auc"], abs=1e-3)
+    memory = cpu["memory"]["figures"]
+    assert memory["fbgemm"]["embedding_bytes"] == memory["torch"]["embedding_bytes"] > 0
+    assert cpu["throughput"]["figures"]["torch"]["train_samples_per_s_b128"] > 0
+    for figures in cpu["nbit-bytes"]["figures"].values():  # fbgemm's CPU layout: rows unpadded
+        assert figures["kernel_tensor_bytes"] == figures["suite_parameter_bytes"]
+        assert figures["kernel_tensor_bytes"] == figures["expected_bytes"]
+        assert figures["row_bytes_physical"] == figures["row_bytes_unpadded"]
+    shares = cpu["caching-replay"]["figures"]["simulated_top_tier_share"]
+    assert shares["hbm 10% + dram (lru)"] >= shares["hbm 1% + dram (lru)"] > 0
+    bandwidth = cpu["tbe-bandwidth"]["figures"]
+    assert bandwidth["copy_bytes_per_s"] > 0
+    for shape in bandwidth["shapes"]:
+        assert shape["forward_bytes_per_s"] > 0 and shape["backward_bytes_per_s"] > 0
+        assert 0 < shape["unique_rows"] <= shape["tables"] * shape["batch"] * shape["pooling"]
+
+    # the table prints every row, the reason of the skipped ones
+    assert printed.count(NO_CUDA) + printed.count(DRY_RUN) == len(STEPS)
+    assert table(report).splitlines()[0].split()[:3] == ["step", "device", "status"]
+
+
+def test_bytes_counted_by_hand() -> None:
+    # 2 tables, batch 3, 4 ids per bag, dim 8: 24 rows of 32 B read, 24 + 7 int64 ids,
+    # 6 pooled rows of 32 B written; backward reads 6 grads and writes 5 unique rows twice
+    moved = tbe_bytes(TBEShape(tables=2, rows=100, dim=8, batch=3, pooling=4), unique_rows=5)
+    assert moved["forward"] == 24 * 32 + (24 + 7) * 8 + 6 * 32
+    assert moved["backward"] == 6 * 32 + (24 + 7) * 8 + 5 * 2 * (32 + 4)
+
+
+def test_fbgemm_row_padding_by_hand() -> None:
+    # int8 dim 16: 16 + 4 B scale/bias = 20 B, padded to 32 on CUDA; 10 rows -> 320 -> 384
+    assert expected_quantized_bytes([10], [16], 8, "cuda") == 384
+    assert expected_quantized_bytes([10], [16], 8, "cpu") == 256  # 200 B to a 128 B line
+    # int4 dim 16: 8 + 4 = 12 B -> 16 on CUDA
+    assert expected_quantized_bytes([8], [16], 4, "cuda") == 128
+    assert slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
