@@ -4,7 +4,9 @@ fbgemm-gpu may be missing, or built for another torch: then its import fails, or
 while it loads its libraries or registers its ops. Embedding tables asking for the
 ``fbgemm`` backend then run on the ``torch`` backend (one note on stderr says so, once),
 and what needs fbgemm's kernels by nature (n-bit inference tables, its caching tables,
-TorchRec's sharding) refuses in one line. Where fbgemm imports, nothing changes.
+TorchRec's sharding) refuses in one line. Where fbgemm imports, nothing changes. Where it
+does not and the installed fbgemm-gpu is not the one built for this torch, the reason says
+which to install (the pairs are :mod:`suite.versions`').
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import functools
 import sys
 import warnings
+from importlib import metadata
 
+from suite import versions
 from suite.errors import ConfigError
 
 _REASON_CHARS = 200
@@ -22,6 +26,25 @@ def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     message = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
     return message if len(message) <= _REASON_CHARS else message[: _REASON_CHARS - 3] + "..."
+
+
+def _installed(*dists: str) -> str | None:
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def version_hint() -> str | None:
+    """What to install where the installed fbgemm-gpu (or fbgemm-gpu-cpu) is missing or not
+    the one built for the installed torch, read from the pairs in :mod:`suite.versions`;
+    ``None`` where they match (or torch itself is missing)."""
+    torch_version = _installed("torch")
+    if torch_version is None:
+        return None
+    return versions.mismatch(torch_version, _installed("fbgemm-gpu", "fbgemm-gpu-cpu"))
 
 
 @functools.cache
@@ -36,7 +59,8 @@ def fbgemm_available() -> tuple[bool, str]:
             import fbgemm_gpu.split_table_batched_embeddings_ops_inference  # noqa: F401
             import fbgemm_gpu.split_table_batched_embeddings_ops_training  # noqa: F401
     except Exception as exc:  # a mismatched build raises anything from its loaders
-        return False, _one_line(exc)
+        hint = version_hint()
+        return False, _one_line(exc) + (f"; {hint}" if hint else "")
     return True, ""
 
 
