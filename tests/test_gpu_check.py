@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from suite.gpu_check import DRY_RUN, NO_CUDA, STEPS, slug, table
+import suite.gpu_check as gpu_check
+from suite.gpu_check import DRY_RUN, NO_CUDA, STEPS, Step, slug, table
 from suite.gpu_check.__main__ import main
 from suite.gpu_check.bandwidth import TBEShape, tbe_bytes
-from suite.gpu_check.steps import expected_quantized_bytes
+from suite.gpu_check.steps import Outcome, expected_quantized_bytes
 
 
 def test_dry_run_skips_cuda_steps_with_a_reason_and_runs_the_cpu_analogs(
@@ -73,3 +74,26 @@ def test_fbgemm_row_padding_by_hand() -> None:
     # int4 dim 16: 8 + 4 = 12 B -> 16 on CUDA
     assert expected_quantized_bytes([8], [16], 4, "cuda") == 128
     assert slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_a_failing_step_is_recorded_with_its_reason_and_the_others_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(device):  # noqa: ANN001, ANN202
+        raise RuntimeError("kernel exploded\nsecond line")
+
+    def wrong(device):  # noqa: ANN001, ANN202
+        return Outcome({"bytes": 1}, "1 B", ["bytes differ"])
+
+    fine = Step("fine", "fine", lambda device: Outcome({"x": 1.0}, "x 1.0"))
+    steps = [Step("broken", "broken", broken), Step("wrong", "wrong", wrong), fine]
+    monkeypatch.setattr(gpu_check, "STEPS", steps)
+    assert main(["--dry-run", "--out", str(tmp_path)]) == 1
+    report = json.loads((tmp_path / "gpu-dry-run.json").read_text())
+    cpu = {r["step"]: r for r in report["steps"] if r["device"] == "cpu"}
+    assert cpu["broken"]["status"] == "failed"
+    assert cpu["broken"]["reason"] == "RuntimeError: kernel exploded"
+    assert (cpu["wrong"]["status"], cpu["wrong"]["reason"]) == ("failed", "bytes differ")
+    assert cpu["wrong"]["figures"] == {"bytes": 1}
+    assert (cpu["fine"]["status"], cpu["fine"]["figures"]) == ("ok", {"x": 1.0})
+    assert report["counts"] == {"ok": 1, "failed": 2, "skipped": 3}
