@@ -1,4 +1,5 @@
-"""Sessions: tests, tests_slow, lint, reproduce, bench, study, submit, gpu.
+"""Sessions: tests, tests_slow, lint, reproduce, bench, study, submit, gpu, compat,
+wheelhouse.
 
 A fresh machine needs only Python 3.11+ and pip: ``python3 -m pip install nox`` then
 ``nox -s <session>``. Each session installs the suite with the fbgemm wheel that fits
@@ -7,9 +8,12 @@ the machine (``fbgemm-gpu`` where ``nvidia-smi`` answers, else ``fbgemm-gpu-cpu`
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import nox
 
@@ -27,17 +31,30 @@ def has_cuda() -> bool:
     return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
 
 
-TORCHREC = "torchrec==1.8.0"
+def _load_versions():
+    """suite/versions.py by its path: the supported torch / fbgemm / torchrec pairs, read
+    without importing the ``suite`` package (whose import sets process-wide variables)."""
+    spec = importlib.util.spec_from_file_location(
+        "_suite_versions", Path(__file__).parent / "suite" / "versions.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
-def install_suite(session: nox.Session, extras: str = "dev") -> None:
-    """torch first (pip takes a local wheel where the machine has one), then the suite,
-    then torchrec without its declared dependencies (they name the CUDA fbgemm wheel even
-    on CPU machines; its real needs come with the ``scaleout`` extra)."""
-    flavour = "cuda" if has_cuda() else "cpu"
-    session.install("torch==2.13.0")
-    session.install("-e", f".[{flavour},scaleout,{extras}]")
-    session.install("--no-deps", TORCHREC)
+versions = _load_versions()
+
+
+def install_suite(session: nox.Session, extras: str = "dev", pair=None) -> None:
+    """torch of ``pair`` (default: the default pair; pip takes a local wheel where the
+    machine has one), then the suite with the fbgemm build for it (CUDA where
+    ``nvidia-smi`` answers), then torchrec without its declared dependencies (they name the
+    CUDA fbgemm wheel even on CPU machines; its real needs come with ``scaleout``)."""
+    pair = pair or versions.default_pair()
+    session.install(f"torch=={pair.torch}")
+    session.install("-e", f".[scaleout,{extras}]", pair.fbgemm_requirement(has_cuda()))
+    session.install("--no-deps", f"torchrec=={pair.torchrec}")
 
 
 def install_system_packages(session: nox.Session) -> None:
@@ -141,6 +158,45 @@ def submit(session: nox.Session) -> None:
         session.run("suite", "submit", *session.posargs)
     session.run("suite", "leaderboard", "validate")
     session.run("suite", "leaderboard", "render")
+
+
+@nox.session
+@nox.parametrize("torch", [p.minor for p in versions.PAIRS], ids=[p.minor for p in versions.PAIRS])
+def compat(session: nox.Session, torch: str) -> None:
+    """The fast tests on each supported torch with its fbgemm-gpu and torchrec, each pair in
+    its own venv: ``nox -s compat`` (all pairs) or ``nox -s "compat(2.11)"`` (one). Not in CI,
+    which runs the default pair (``tests``). Off-default torch wheels on PyPI are CUDA builds
+    of several GB; they run on CPU."""
+    pair = versions.pair_for_torch(torch)
+    fbgemm = pair.fbgemm_requirement(has_cuda())
+    session.log(f"pair: torch {pair.torch}, {fbgemm}, torchrec {pair.torchrec}")
+    try:
+        install_suite(session, pair=pair)
+    except nox.command.CommandFailed:
+        session.error(
+            f"torch {pair.torch} with {fbgemm} and torchrec {pair.torchrec} does not install "
+            "here (pip's message above; a missing wheel takes the pair out of suite/versions.py)"
+        )
+    session.run(
+        "python",
+        "-c",
+        "import suite, fbgemm_gpu, torchrec, torch; "
+        "print('torch', torch.__version__, 'fbgemm_gpu', fbgemm_gpu.__version__, "
+        "'torchrec', torchrec.__version__)",
+    )
+    session.run(
+        "pytest", "-q", "-m", "not slow and not gpu", *session.posargs, env={"OMP_NUM_THREADS": "1"}
+    )
+
+
+@nox.session
+def wheelhouse(session: nox.Session) -> None:
+    """A folder of wheels that installs the suite on a machine without registry access:
+    ``nox -s wheelhouse -- --torch 2.11 --cuda`` (``--cpu``, ``--python 3.11``,
+    ``--platform manylinux_2_28_x86_64``, ``--with-torch``, ``--dest DIR``); see
+    suite/wheelhouse.py. Prints the size, biggest wheels first, and the install lines."""
+    session.install("pip>=24", "packaging>=23")
+    session.run("python", "-m", "suite.wheelhouse", *session.posargs)
 
 
 @nox.session
