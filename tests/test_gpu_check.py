@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 import suite.gpu_check as gpu_check
 from suite.gpu_check import DRY_RUN, NO_CUDA, STEPS, Step, slug, table
@@ -79,10 +80,10 @@ def test_fbgemm_row_padding_by_hand() -> None:
 def test_a_failing_step_is_recorded_with_its_reason_and_the_others_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(device):  # noqa: ANN001, ANN202
+    def broken(device: torch.device) -> Outcome:
         raise RuntimeError("kernel exploded\nsecond line")
 
-    def wrong(device):  # noqa: ANN001, ANN202
+    def wrong(device: torch.device) -> Outcome:
         return Outcome({"bytes": 1}, "1 B", ["bytes differ"])
 
     fine = Step("fine", "fine", lambda device: Outcome({"x": 1.0}, "x 1.0"))

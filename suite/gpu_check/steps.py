@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from suite.gpu_check.bandwidth import PUBLISHED_FRACTION_OF_PEAK, TBEShape, bandwidth_report
+from suite.results import TaskResult
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,13 +109,15 @@ def run_overrides(device: torch.device, task: str, results_dir: str) -> dict[str
     return values
 
 
-def _run(overrides: dict[str, Any]):  # noqa: ANN202
+def _run(overrides: dict[str, Any]) -> TaskResult:
     from suite.api import run
 
-    return run(None, overrides)
+    result = run(None, overrides)
+    assert isinstance(result, TaskResult)
+    return result
 
 
-def _fell_back(result: Any, backend: str) -> str | None:
+def _fell_back(result: TaskResult, backend: str) -> str | None:
     """Why a run asking for ``backend`` ran elsewhere, or ``None``."""
     note = result.environment.get("embedding_backend")
     return note if backend == "fbgemm" and note else None
@@ -166,8 +169,12 @@ def task_step(task: str) -> Callable[[torch.device], Outcome]:
                     problems.append(f"{backend}: analytic bytes differ from the tensors'")
             if fb["embedding_bytes"] != pt["embedding_bytes"]:
                 problems.append("embedding bytes differ between backends")
+            same = fb["embedding_bytes"] == pt["embedding_bytes"]
+            torch_bytes = (
+                "(both backends)" if same else f"fbgemm, {pt['embedding_bytes']:,.0f} B torch"
+            )
             summary = (
-                f"embedding {fb['embedding_bytes']:,.0f} B both; train peak fbgemm "
+                f"embedding {fb['embedding_bytes']:,.0f} B {torch_bytes}; train peak fbgemm "
                 f"{fb['train_step_peak_bytes'] / 2**20:,.0f} MiB, torch "
                 f"{pt['train_step_peak_bytes'] / 2**20:,.0f} MiB"
             )
