@@ -29,6 +29,7 @@ from suite.stats import MIN_R2, fit_scaling
 from suite.studies import load_study_spec
 from suite.studies.report import front_figure
 from suite.tasks.access_plots import reuse_figure
+from suite.tasks.checkpoint import bytes_figure
 from suite.tasks.scaling import fit_power_law
 from suite.tasks.scaling import scaling_figure as task_scaling_figure
 
@@ -146,6 +147,18 @@ def test_a_method_has_the_same_colour_in_the_auc_plot_and_the_pareto_plot() -> N
     assert "memory limit 0.954 MiB" in texts  # hash.yaml's limit: 1e6 bytes
     assert front_ax.get_xlabel() == "embedding memory (MiB)"
     assert not any("MB" in t and "MiB" not in t for t in texts + [front_ax.get_xlabel()])
+
+
+def test_checkpoint_bytes_plot_is_in_mib_like_every_memory_figure() -> None:
+    rows = [
+        {"kind": kind, "step": step, "bytes": size}
+        for kind, size in (("full", 3 * MIB), ("incremental", MIB // 2))
+        for step in (10, 20)
+    ]
+    ax = bytes_figure(rows, ["full", "incremental"]).axes[0]
+    assert ax.get_ylabel() == "bytes written per checkpoint (MiB)"
+    heights = sorted({float(y) for line in ax.lines for y in line.get_ydata()})
+    assert heights == [0.5, 3.0]  # 1e6-byte megabytes would read 0.524 and 3.15
 
 
 def scaling_families() -> list[Family]:

@@ -428,6 +428,31 @@ def _capacity(infos: list[CheckpointInfo]) -> tuple[int, int]:
     return best, best_emb
 
 
+def bytes_figure(per_checkpoint: list[dict[str, Any]], names: list[str]) -> Any:
+    """Bytes written per checkpoint over training, one line per kind, in MiB (the unit of
+    every memory figure the suite draws, :data:`suite.figures.MIB`)."""
+    import pandas as pd
+    import seaborn as sns
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from suite.figures import MIB, palette
+
+    frame = pd.DataFrame(per_checkpoint)
+    frame["MiB"] = frame["bytes"] / MIB
+    fig = Figure(figsize=(7, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    sns.lineplot(
+        data=frame, x="step", y="MiB", hue="kind", palette=palette(names), marker="o", ax=ax
+    )
+    ax.set_xlabel("training step")
+    ax.set_ylabel("bytes written per checkpoint (MiB)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
+
+
 def draw_plots(
     per_checkpoint: list[dict[str, Any]], metrics: dict[str, float], names: list[str], base: Path
 ) -> list[Path]:
@@ -439,18 +464,10 @@ def draw_plots(
 
     from suite.figures import palette, save_figure
 
-    frame = pd.DataFrame(per_checkpoint)
-    frame["MB"] = frame["bytes"] / 1e6
     colours = palette(names)
-    fig = Figure(figsize=(7, 4.2))
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    sns.lineplot(data=frame, x="step", y="MB", hue="kind", palette=colours, marker="o", ax=ax)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("bytes written per checkpoint (MB)")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    written = save_figure(fig, base.with_name(base.name + "-bytes"))[:1]
+    written = save_figure(
+        bytes_figure(per_checkpoint, names), base.with_name(base.name + "-bytes")
+    )[:1]
 
     points = pd.DataFrame(
         {
