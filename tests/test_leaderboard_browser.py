@@ -34,13 +34,21 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "leaderboard" / "index.html"
+SCREENSHOT = REPO / "leaderboard" / "screenshot.png"
+
+
+def start_chromium(profile: Path, width: int = 1400, height: int = 1000) -> Any:
+    """Debian's headless Chromium under selenium, offline (Selenium Manager fetches
+    nothing), its profile in ``profile``."""
+    import os
+
+    from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
-    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager must not fetch anything
+    os.environ["SE_OFFLINE"] = "true"
     options = Options()
     options.binary_location = str(CHROMIUM)
     for arg in (
@@ -51,13 +59,22 @@ def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         "--disable-component-update",
         "--disable-sync",
         "--no-first-run",
-        "--window-size=1400,1000",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--hide-scrollbars",
+        f"--window-size={width},{height}",
+        f"--user-data-dir={profile}",
     ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(30)
+    return driver
+
+
+@pytest.fixture
+def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager must not fetch anything
+    driver = start_chromium(tmp_path / "chromium-profile")
     try:
         yield driver
     finally:
@@ -222,3 +239,95 @@ def test_page_sorts_filters_charts_and_runs_no_injected_script(
     assert browser.execute_script("return window.__pwned === undefined")
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []
+
+
+def _entries(driver: Any) -> list[dict[str, Any]]:
+    """Each entry row of every board: its json link, its config and record blocks (id,
+    summary, text once opened), in page order."""
+    return driver.execute_script(
+        """
+        return Array.from(document.querySelectorAll('section table tbody tr')).map(r => {
+          const link = r.querySelector('a');
+          const block = k => {
+            const d = r.querySelector('details[id^="' + k + '-"]');
+            return d && {id: d.id, summary: d.querySelector('summary').textContent,
+                         text: d.querySelector('pre').textContent};
+          };
+          return {json: link && link.getAttribute('href'), config: block('config'),
+                  record: block('record')};
+        });
+        """
+    )
+
+
+@pytest.mark.skipif(not SHIPPED.is_file(), reason="no rendered leaderboard/index.html")
+def test_shipped_board_links_each_entrys_config_and_record_and_draws_its_cis(
+    browser: Any,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(SHIPPED.as_uri())
+    entries = _entries(browser)
+    files = sorted(p.name for p in (SHIPPED.parent / "submissions").glob("*.json"))
+    assert len(entries) == len(files) >= 2
+    for entry in entries:
+        assert entry["json"].endswith(".json") and entry["json"].split("/")[-1] in files
+        assert entry["config"]["summary"] == "config" and entry["record"]["summary"] == "record"
+        assert entry["config"]["text"].startswith("# config ")  # the full recorded config
+        assert "train:" in entry["config"]["text"] and "dataset:" in entry["config"]["text"]
+        assert "mlflow_parent_run_id:" in entry["record"]["text"]  # where its runs are
+        assert "verifications:" in entry["record"]["text"]
+    # one chart per board of two or more, each entry a point with its 95% CI bar
+    charts = browser.find_elements(By.CSS_SELECTOR, "[id^='chart-']")
+    assert charts
+    for chart in charts:
+        board = chart.get_attribute("id").removeprefix("chart-")
+        assert _circles(browser, board) == _error_bars(browser, board) >= 2
+    # a config link opens the entry's config in place
+    first = entries[0]["config"]["id"]
+    summary = browser.find_element(By.CSS_SELECTOR, f"#{first} summary")
+    summary.click()
+    assert browser.find_element(By.ID, first).get_attribute("open") is not None
+    assert browser.find_element(By.CSS_SELECTOR, f"#{first} pre").is_displayed()
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
+
+
+def screenshot(page: Path, out: Path, profile: Path, width: int = 1400) -> bytes:
+    """A full-page PNG of ``page`` as it opens in headless Chromium (each entry's json,
+    config and record links, the charts with their CI bars), at most 256 colours; written
+    to ``out`` and returned."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    driver = start_chromium(profile, width)
+    try:
+        driver.get(page.as_uri())
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
+        shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
+    finally:
+        driver.quit()
+    image = Image.open(io.BytesIO(base64.b64decode(shot["data"]))).convert("RGB")
+    buffer = io.BytesIO()
+    image.quantize(256).save(buffer, "PNG", optimize=True)
+    out.write_bytes(buffer.getvalue())
+    return buffer.getvalue()
+
+
+if __name__ == "__main__":  # python -m tests.test_leaderboard_browser --screenshot
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="screenshot the rendered leaderboard")
+    parser.add_argument("--screenshot", type=Path, nargs="?", const=SCREENSHOT, required=True)
+    parser.add_argument("--page", type=Path, default=SHIPPED)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as profile:
+        data = screenshot(args.page, args.screenshot, Path(profile))
+    print(f"wrote {args.screenshot} ({len(data) / 1024:.0f} KiB)")
