@@ -248,6 +248,17 @@ class TrackingConfig(Frozen):
         description="keep the task's arrays (accuracy: test labels and logits) beside the "
         "result JSON and in MLflow; reproductions need them for DeLong's test",
     )
+    val_curve: int = Field(
+        10,
+        ge=0,
+        le=1000,
+        description="points of validation AUC and log loss logged along an accuracy run's "
+        "training (val_auc_curve, val_logloss_curve; 0: none); not with eval_every_steps, "
+        "whose validations are the curve",
+    )
+    val_curve_rows: int = Field(
+        8192, ge=1, description="the curve's points use the first this many validation rows"
+    )
 
 
 class RunConfig(Frozen):

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from suite.config import TrainConfig
+from suite.config import TrackingConfig, TrainConfig
 from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
@@ -26,6 +26,62 @@ from suite.models.base import RecModel
 from suite.progress import progress_bar
 
 MetricsCallback = Callable[[dict[str, float], int], None]
+
+
+CURVE_METRICS = {"auc": "val_auc_curve", "logloss": "val_logloss_curve"}
+"""What the validation curve logs: its own names, as its points are on part of the split
+(``val_auc`` stays the whole split's)."""
+
+
+@dataclass(frozen=True)
+class ValCurve:
+    """Validation AUC and log loss along training, for the run's record only.
+
+    ``points`` evaluations per run at steps ``total * i / points`` (the last at the end of
+    training), each on the same first ``rows`` rows of the validation split, logged by
+    ``log(metrics, step)`` as :data:`CURVE_METRICS`. They use no random stream, leave the
+    model in train mode and touch no training state (no best checkpoint, no early
+    stopping, not in the history), so a run trains to the same numbers with the curve or
+    without it."""
+
+    points: int
+    rows: int
+    log: MetricsCallback
+
+    def steps(self, total: int) -> set[int]:
+        """The steps of the curve's evaluations in a run of ``total`` steps: evenly spaced,
+        the last at ``total``, none at step 0 (one a step when ``total < points``)."""
+        return {s for i in range(1, self.points + 1) if (s := round(total * i / self.points))}
+
+    def split(self, val: SplitArrays) -> SplitArrays:
+        """The first ``rows`` rows of ``val`` (all of them when it has fewer)."""
+        if len(val) <= self.rows:
+            return val
+        return SplitArrays(val.dense[: self.rows], val.sparse[: self.rows], val.label[: self.rows])
+
+    def evaluate(
+        self, model: RecModel, split: SplitArrays, batch_size: int, device: torch.device, step: int
+    ) -> None:
+        """Evaluate ``model`` on ``split`` (the curve's part) and log it at ``step``."""
+        metrics = evaluate(model, split, batch_size, device)
+        self.log({name: metrics[key] for key, name in CURVE_METRICS.items()}, step)
+
+
+def val_curve(
+    tracking: TrackingConfig, train_config: TrainConfig, log: MetricsCallback, distributed: bool
+) -> ValCurve | None:
+    """The curve a run logs (``tracking.val_curve`` points on ``tracking.val_curve_rows``
+    rows), or ``None``: tracking off, the curve off, a distributed run, or a run that
+    validates on its own schedule (``train.eval_every_steps``: its whole-split
+    ``val_auc`` at those steps is its curve)."""
+    if (
+        not tracking.enabled
+        or not tracking.val_curve
+        or distributed
+        or train_config.eval_every_steps
+    ):
+        return None
+    return ValCurve(tracking.val_curve, tracking.val_curve_rows, log)
 
 
 @dataclass
@@ -207,6 +263,7 @@ def train(
     on_validation: MetricsCallback | None = None,
     checkpoints: Checkpointer | list[Checkpointer] | None = None,
     parallel: Parallel | None = None,
+    curve: ValCurve | None = None,
 ) -> TrainOutcome:
     """Train on ``data``'s train split; validate at each epoch end (and every
     ``eval_every_steps``); leave ``model`` holding the checkpoint the config asks for.
@@ -227,6 +284,9 @@ def train(
     :func:`suite.engine.distributed.shard_model`), the rank trains on its part of every
     global batch; losses and validation metrics are those of the whole batch and split,
     the same on every rank, and only the leader shows progress.
+
+    With ``curve`` (one process only), validation AUC is also logged along training on a
+    part of the validation split (:class:`ValCurve`), changing nothing of the training.
     """
     cfg = train_config
     loader = BatchLoader(
@@ -240,6 +300,10 @@ def train(
     total = min(cfg.max_steps or 10**18, cfg.epochs * len(loader))
     val_split = data.split("val")
     log_every = max(1, min(50, total // 20))
+    if curve is not None and parallel is not None:
+        raise ConfigError("the validation curve runs in one process only (val_curve)")
+    curve_steps = curve.steps(total) if curve else set()
+    curve_split = curve.split(val_split) if curve else None
 
     writers = [checkpoints] if isinstance(checkpoints, Checkpointer) else list(checkpoints or [])
     if parallel and any(w.parallel is None for w in writers):
@@ -306,6 +370,10 @@ def train(
             ):
                 state.seconds += time.perf_counter() - tick
                 stop = validate()
+                tick = time.perf_counter()
+            if curve and curve_split is not None and state.step in curve_steps:
+                state.seconds += time.perf_counter() - tick
+                curve.evaluate(model, curve_split, cfg.eval_batch_size, device, state.step)
                 tick = time.perf_counter()
             due = [writer for writer in writers if writer.due(state.step)]
             if due:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from suite.engine.train import evaluate, predict, train
+from suite.engine.train import evaluate, predict, train, val_curve
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 from suite.registry import TASKS
@@ -107,6 +107,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         on_validation=ctx.on_validation,
         checkpoints=ctx.checkpoints,
         parallel=ctx.parallel,
+        curve=val_curve(cfg.tracking, cfg.train, ctx.log_metrics, ctx.parallel is not None),
     )
     progress = cfg.train.progress and (ctx.parallel is None or ctx.parallel.leader)
     batch = cfg.train.eval_batch_size
