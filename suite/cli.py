@@ -60,6 +60,13 @@ def _dispatch(argv: list[str] | None) -> int:
     except SuiteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk under a writer that does not name its own
+        from suite.fileio import disk_full_error, is_disk_full
+
+        if not is_disk_full(exc):
+            raise
+        print(f"error: {disk_full_error(exc.filename or os.getcwd())}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a run
         from suite.runs.signals import interrupted_message
         from suite.tracking import resolve_tracking_uri

@@ -202,7 +202,7 @@ def write_tables(
 ) -> list[Path]:
     """``<stem>.csv`` (numbers) and ``<stem>.tex`` (a LaTeX table of the display frame)."""
     out = Path(out_dir)
-    csv = write_text_atomic(out / f"{stem}.csv", numeric.to_csv(index=False))
+    csv = write_text_atomic(out / f"{stem}.csv", numeric.to_csv(index=False), "--out")
     try:
         latex = display.rename(columns=lambda c: str(c).replace("_", " ")).to_latex(
             index=False, escape=True, caption=caption, label=f"tab:{stem}", position="t"
@@ -210,7 +210,7 @@ def write_tables(
         latex = latex.replace("±", r"$\pm$")
     except ImportError as exc:  # pandas' LaTeX writer needs jinja2
         raise ConfigError(f"LaTeX export needs jinja2 (pip install jinja2): {exc}") from None
-    tex = write_text_atomic(out / f"{stem}.tex", latex)
+    tex = write_text_atomic(out / f"{stem}.tex", latex, "--out")
     return [csv, tex]
 
 

@@ -120,12 +120,20 @@ def fit_rejection(points: int, r2: float, converged: bool = True) -> str | None:
     return None
 
 
-def save_figure(fig: Any, path: str | Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+def save_figure(
+    fig: Any, path: str | Path, formats: tuple[str, ...] = FORMATS, option: str | None = None
+) -> list[Path]:
     """Write ``fig`` as ``path`` with each suffix in ``formats`` (PNG at 300 dpi).
 
     ``path``'s own suffix is replaced; returns the files written, PNG first when present.
+    Each file is drawn in memory and written atomically: a full disk is one line naming
+    the file, its size and ``option`` (the setting that moves it), with no partial file.
     """
+    import io
+
     import matplotlib
+
+    from suite.fileio import write_bytes_atomic
 
     base = Path(path).with_suffix("")
     base.parent.mkdir(parents=True, exist_ok=True)
@@ -135,11 +143,13 @@ def save_figure(fig: Any, path: str | Path, formats: tuple[str, ...] = FORMATS) 
         for fmt in sorted(formats, key=lambda f: f != "png"):
             out = base.with_suffix(f".{fmt}")
             metadata = {"CreationDate": None} if fmt == "pdf" else {"Date": None}
+            drawn = io.BytesIO()
             fig.savefig(
-                out,
+                drawn,
+                format=fmt,
                 dpi=PNG_DPI if fmt == "png" else None,
                 bbox_inches="tight",
                 metadata=metadata if fmt in ("pdf", "svg") else None,
             )
-            written.append(out)
+            written.append(write_bytes_atomic(out, drawn.getvalue(), option))
     return written

@@ -152,15 +152,20 @@ def disk_full_error(
     needed_bytes: int | None = None,
     option: str | None = None,
     reason: str | None = None,
+    at_least: bool = False,
 ) -> DiskFullError:
     """One line: ``<path>: disk full (needs ~N MiB, M MiB free): free space or point
-    <option> elsewhere`` (the figures where known; ``needed_bytes`` only where it exceeds
-    the free space, else it was an estimate the write outgrew; ``reason``, the system's
-    words, first in the parentheses)."""
+    <option> elsewhere`` (the figures where known; ``at_least``: ``needed_bytes`` is a
+    lower bound, "needs over ~N"; where it does not exceed the free space it was the
+    data's size and the write outgrew it, "needs ~N of data plus overhead"; ``reason``,
+    the system's words, first in the parentheses)."""
     free = free_bytes(path)
-    shown = needed_bytes is not None and (free is None or needed_bytes > free)
     figures = [reason] if reason else []
-    figures += [f"needs ~{_mib(needed_bytes)}"] if needed_bytes and shown else []
+    if needed_bytes and at_least:
+        figures.append(f"needs over ~{_mib(needed_bytes)}")
+    elif needed_bytes:
+        over = free is not None and needed_bytes <= free
+        figures.append(f"needs ~{_mib(needed_bytes)}{' of data plus overhead' if over else ''}")
     if free is not None:
         figures.append(f"{_mib(free)} free")
     space = f" ({', '.join(figures)})" if figures else ""

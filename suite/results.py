@@ -19,6 +19,10 @@ from pydantic import BaseModel, ConfigDict
 from suite.fileio import write_bytes_atomic, write_text_atomic
 
 RESULT_SCHEMA_VERSION = 1
+RESULTS_OPTION = "tracking.results_dir"
+"""The setting that moves a run's result JSON (and its arrays), named on a full disk."""
+OUT_OPTION = "--out"
+"""The flag that writes a second copy of the result JSON, named on a full disk."""
 
 
 class TaskResult(BaseModel):
@@ -59,9 +63,12 @@ ARRAYS_DETAIL = "arrays"
 """``details`` key naming the run's arrays file: ``{"file": path, "names": [...]}``."""
 
 
-def write_arrays(result_json: str | Path, arrays: dict[str, Any]) -> dict[str, Any]:
+def write_arrays(
+    result_json: str | Path, arrays: dict[str, Any], option: str | None = None
+) -> dict[str, Any]:
     """Write a task's named arrays beside its result JSON (``<stem>.npz``, uncompressed,
-    atomically); return the ``details`` entry naming them (the path as written)."""
+    atomically); return the ``details`` entry naming them (the path as written). A full
+    disk is one line naming ``option``, the setting that moves the file."""
     import io
 
     import numpy as np
@@ -69,7 +76,7 @@ def write_arrays(result_json: str | Path, arrays: dict[str, Any]) -> dict[str, A
     path = Path(result_json).with_suffix(".npz")
     buffer = io.BytesIO()
     np.savez(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
-    write_bytes_atomic(path, buffer.getvalue())
+    write_bytes_atomic(path, buffer.getvalue(), option)
     return {"file": str(path), "names": sorted(arrays)}
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from suite.errors import DiskFullError, SuiteError
-from suite.fileio import disk_full_error, exception_chain, is_disk_full
+from suite.fileio import disk_full_error, exception_chain, free_bytes, is_disk_full
 
 # MLflow's limits: at most 100 params and 1000 metrics per batch call, 6000 characters per
 # param value and 250 per key.
@@ -94,7 +94,7 @@ def _store_call(uri: str, what: str, call: Callable[[], T]) -> T:
         if is_disk_full(exc):
             place = _full_place(uri, exc)
             full = (
-                disk_full_error(place, option="--tracking-uri")
+                disk_full_error(place, _store_needed(place), "--tracking-uri", at_least=True)
                 if place is not None
                 else "disk full: free space or point --tracking-uri elsewhere"
             )
@@ -116,6 +116,20 @@ def _quiet(name: str) -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+def _store_needed(place: Path) -> int:
+    """A lower bound of the space a refused store write needed: more than the free space,
+    and for SQLite at least two pages (the rollback journal's copy of a changed page and
+    the page itself; the page size is read from the database header)."""
+    page = 4096
+    with contextlib.suppress(OSError, ValueError):
+        with open(place, "rb") as handle:
+            header = handle.read(18)
+        if header.startswith(b"SQLite format 3\0"):
+            size = int.from_bytes(header[16:18], "big")
+            page = 65536 if size == 1 else size or page
+    return max(2 * page, free_bytes(place) or 0)
 
 
 def _full_place(uri: str, exc: BaseException) -> Path | None:
@@ -150,23 +164,35 @@ def store_lock(uri: str) -> Iterator[None]:
 
 def _initialise_sqlite(path: Path) -> None:
     """Build a fresh store's schema under a temporary name, then rename it into place
-    (call with :func:`store_lock` held). A crash leaves only the temporary file."""
+    (call with :func:`store_lock` held). Any failure (a full disk, Ctrl-C) removes the
+    temporary file and its journal; only a killed process leaves them, and the next
+    build removes those."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    for stale in path.parent.glob(f".{path.name}.init-*"):
+    for stale in path.parent.glob(f".{path.name}.init-*"):  # with SQLite's -journal
         stale.unlink(missing_ok=True)  # left by a run killed while building its store
     tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
     chatty = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
     levels = [logger.level for logger in chatty]
     for logger in chatty:
         logger.setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
+    uri = f"sqlite:///{tmp}"
     try:
-        store = SqlAlchemyStore(f"sqlite:///{tmp}", (path.parent / "artifacts").resolve().as_uri())
+        store = SqlAlchemyStore(uri, (path.parent / "artifacts").resolve().as_uri())
         store.engine.dispose()
+        os.replace(tmp, path)
+    except BaseException:
+        # MLflow keeps an engine per URI: one left open on the removed file would fail
+        # this process's next build of the store ("disk I/O error")
+        engine = getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
+        if engine is not None:
+            engine.dispose()
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            tmp.with_name(tmp.name + suffix).unlink(missing_ok=True)
+        raise
     finally:
         for logger, level in zip(chatty, levels, strict=True):
             logger.setLevel(level)
-    os.replace(tmp, path)
 
 
 def open_client(uri: str | None) -> tuple[Any, str]:

@@ -164,6 +164,7 @@ def test_checkpoint_that_outgrows_the_disk_leaves_no_tmp_directory(small_fs: Pat
     assert "\n" not in message
     assert message.startswith(f"cannot write checkpoint {small_fs / 'ckpt' / 'best-000000001'}:")
     assert "disk full" in message and "point train.checkpoint_dir elsewhere" in message
+    assert "needs ~200 KiB of data plus overhead" in message  # the tensors fitted, DCP's files not
     assert not list((small_fs / "ckpt").glob(".tmp-*"))
 
 
@@ -178,7 +179,7 @@ def test_prepare_onto_a_full_disk_says_so_in_one_line(tmp_path: Path, small_fs: 
         tmp_path, "prepare", "criteo-synth", "--cache-dir", str(small_fs), "--quiet", *options
     )
     line = _error_line(done)
-    assert line.startswith(f"error: {small_fs}/criteo-synth: disk full (")
+    assert line.startswith(f"error: {small_fs}/criteo-synth: disk full (needs ~")
     assert "point dataset.cache_dir (--cache-dir) elsewhere" in line
     assert _leftovers(small_fs) == []
     assert not [p for p in small_fs.rglob("*") if ".tmp-" in p.name or ".spill-" in p.name]
@@ -210,7 +211,28 @@ def test_full_results_dir_fails_the_run_in_one_line(tmp_path: Path, small_fs: Pa
         tmp_path, "run", "--tracking-uri", uri, f"--set=tracking.results_dir={results}", *TINY_FLAGS
     )
     line = _error_line(done)
-    assert line.startswith(f"error: {results}/") and ": disk full (" in line
+    assert line.startswith(f"error: {results}/") and ": disk full (needs ~" in line
+    assert "point tracking.results_dir elsewhere" in line
+    assert _leftovers(small_fs) == []
+    assert _statuses(uri) == ["FAILED"]
+
+
+@pytest.mark.slow
+def test_full_out_fails_the_run_in_one_line_and_keeps_the_result(
+    tmp_path: Path, small_fs: Path
+) -> None:
+    """``--out`` on a full disk: the line names the file, its size and ``--out``; the
+    result under ``tracking.results_dir`` (another disk) was written first and is kept."""
+    fill(small_fs)
+    uri = tracking_uri(tmp_path)
+    out = small_fs / "out" / "result.json"
+    done = _suite(tmp_path, "run", "--tracking-uri", uri, "--out", str(out), *TINY_FLAGS)
+    line = _error_line(done)
+    assert line.startswith(f"error: {out}: disk full (needs ~") and "KiB, 0 KiB free)" in line
+    assert "point --out elsewhere" in line
+    kept = sorted((tmp_path / "results").rglob("*.json"))
+    assert len(kept) == 1
+    assert line.endswith(f"the result was written and is kept: {kept[0].relative_to(tmp_path)}")
     assert _leftovers(small_fs) == []
     assert _statuses(uri) == ["FAILED"]
 
@@ -234,7 +256,7 @@ def test_store_filling_mid_run_keeps_the_result(tmp_path: Path, store_fs: Path) 
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"MLflow tracking store {uri}: cannot ")
-    assert f"{store_fs / 'mlflow.db'}: disk full" in message
+    assert f"{store_fs / 'mlflow.db'}: disk full (needs over ~" in message
     assert "point --tracking-uri elsewhere" in message
     kept = sorted((tmp_path / "results").rglob("*.json"))
     assert len(kept) == 1
@@ -266,6 +288,91 @@ def test_preparing_raw_files_onto_a_full_disk_leaves_nothing(
         get_prepared(dataset, progress=False, rebuild=True)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"{small_fs}/criteo-kaggle")
-    assert "disk full (" in message and "point dataset.cache_dir (--cache-dir) elsewhere" in message
+    assert (
+        "disk full (needs " in message
+        and "point dataset.cache_dir (--cache-dir) elsewhere" in message
+    )
     assert _leftovers(small_fs) == []
     assert not [p for p in small_fs.rglob("*") if ".tmp-" in p.name or ".spill-" in p.name]
+
+
+# --- the other writers: store creation, leaderboard pages and files, figures --------------
+
+
+def test_a_new_store_on_a_full_disk_is_one_line_and_leaves_no_init_file(small_fs: Path) -> None:
+    """The store is built under ``.mlflow.db.init-<pid>`` and renamed: a build the disk
+    refuses removes that file and its journal, not only the next build."""
+    fill(small_fs)
+    uri = f"sqlite:///{small_fs / 'mlflow.db'}"
+    with pytest.raises(DiskFullError) as caught:
+        open_client(uri)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"MLflow tracking store {uri}: cannot open")
+    assert "disk full (needs over ~" in message and "point --tracking-uri elsewhere" in message
+    # no .mlflow.db.init-<pid>, no -journal, no mlflow.db: only the (empty) lock file
+    assert _leftovers(small_fs) == ["mlflow.db.lock"]
+    (small_fs / "filler").unlink()
+    client, _ = open_client(uri)  # with room again, the store is built and opens
+    assert client.search_experiments()
+    assert _leftovers(small_fs) == ["mlflow.db", "mlflow.db.lock"]
+
+
+def test_leaderboard_render_onto_a_full_disk_is_one_line(
+    tmp_path: Path, small_fs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from suite.cli import main
+    from suite.leaderboard.submit import write_submission
+    from tests.test_leaderboard_render import sample_items
+    from tests.test_leaderboard_validate import registry_for
+
+    board = tmp_path / "leaderboard"
+    items = sample_items()
+    for item in items:
+        write_submission(item.sub, board)
+    registry_for(*(i.sub for i in items)).save(board / "fingerprints.yaml")
+    fill(small_fs)
+    pages = small_fs / "pages"
+    argv = ["leaderboard", "render", "--leaderboard-dir", str(board), "--out", str(pages)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the board's "unverified" warnings
+    assert "Traceback" not in err and err.count("error: ") == 1
+    assert last.startswith(f"error: {pages}/README.md: disk full (needs ~")
+    assert last.endswith("free space or point --out elsewhere")
+    assert _leftovers(small_fs) == []
+
+
+def test_submission_onto_a_full_disk_is_one_line(small_fs: Path) -> None:
+    from suite.leaderboard.submit import write_submission
+    from tests.test_leaderboard_validate import make_submission
+
+    fill(small_fs)
+    board = small_fs / "leaderboard"
+    with pytest.raises(DiskFullError) as caught:
+        write_submission(make_submission("Ada"), board)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{board / 'submissions'}/")
+    assert "disk full (needs ~" in message and "point --leaderboard-dir elsewhere" in message
+    assert _leftovers(small_fs) == []
+
+
+def test_a_figure_onto_a_full_disk_is_one_line_and_leaves_no_partial_file(
+    small_fs: Path,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from suite.figures import save_figure
+
+    fig, ax = plt.subplots()
+    ax.plot(range(100))
+    fill(small_fs, leave=8 * KIB)  # a 300 dpi PNG of it takes ~60 KiB
+    with pytest.raises(DiskFullError) as caught:
+        save_figure(fig, small_fs / "plot.png", option="--out")
+    plt.close(fig)
+    message = str(caught.value)
+    assert message.startswith(f"{small_fs / 'plot.png'}: disk full (needs ~")
+    assert message.endswith("point --out elsewhere")
+    assert _leftovers(small_fs) == []

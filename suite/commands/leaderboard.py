@@ -8,7 +8,7 @@ from pathlib import Path
 
 from suite.commands.common import add_set_argument
 from suite.errors import ConfigError
-from suite.leaderboard import FINGERPRINTS, LEADERBOARD_DIR
+from suite.leaderboard import BOARD_OPTION, FINGERPRINTS, LEADERBOARD_DIR
 
 
 def _board_arg(parser: argparse.ArgumentParser) -> None:
@@ -205,10 +205,10 @@ def handle_render(args: argparse.Namespace) -> int:
     from suite.leaderboard.render import INDEX, README, render_html, render_markdown
 
     board = _board(args)
+    field = "--out" if args.out else BOARD_OPTION
     if not args.check:  # where it writes, checked before any work
         from suite.runs.checks import check_output_path
 
-        field = "--out" if args.out else "--leaderboard-dir"
         check_output_path(args.out or board, field, kind="dir")
     report, items = load_valid(board)
     if report.problems:
@@ -224,7 +224,7 @@ def handle_render(args: argparse.Namespace) -> int:
     from suite.leaderboard.fingerprints import write_atomic
 
     for name, text in texts.items():
-        write_atomic(out / name, text)
+        write_atomic(out / name, text, field)
         print(f"wrote {out / name}")
     print(f"{len(items)} submission(s)")
     return 0

@@ -140,7 +140,7 @@ def handle(args: argparse.Namespace) -> int:
     plots = draw_plots(reproduction, out_dir)
     regime = regime_rows_of(reproduction, out_dir)
     report = render_report(reproduction, plots, command, regime=regime)
-    path = write_text_atomic(out_dir / "REPORT.md", report)
+    path = write_text_atomic(out_dir / "REPORT.md", report, "--out")
     counts = summary_counts(reproduction)
     files = [str(path)] + [
         str(p) for p in sorted(out_dir.glob("*")) if p.suffix in (".png", ".pdf")

@@ -57,7 +57,7 @@ from suite.data.vocab import (
     to_numpy,
 )
 from suite.errors import DataError, DiskFullError
-from suite.fileio import check_space, disk_full_error, is_disk_full, make_temp_dir, writing
+from suite.fileio import disk_full_error, is_disk_full, make_temp_dir, writing
 from suite.progress import progress_bar
 
 WORKERS = min(4, os.cpu_count() or 1)
@@ -436,15 +436,14 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
             }
             warnings += manifest.pop("warnings", [])
             manifest["warnings"] = warnings
-            row_bytes = 4 * (len(dense) + 1) + _sparse_dtype(schema).itemsize * len(sparse)
-            check_space(out_dir.parent, spill.rows * row_bytes, CACHE_OPTION)
-            writer = PreparedWriter(
+            writer = PreparedWriter(  # refused here if the rows' files cannot fit
                 out_dir,
                 schema,
                 _sparse_dtype(schema),
                 force=job.force,
                 min_split_rows=options.min_split_rows,
                 both_labels=options.both_labels,
+                expected_rows=spill.rows,
             )
             return _write(spill, rule, drop, vocabs, writer, manifest, pool, job.progress, dataset)
     except Exception as exc:
@@ -452,8 +451,12 @@ def build_prepared(job: PrepareJob) -> PreparedDataset:
             raise
         with contextlib.suppress(OSError):
             spill.close_files()
+        # what the rows read so far took, in the spill and in their prepared files: a
+        # lower bound of the space the whole prepare needs
+        spilled = sum(f.stat().st_size for f in spill_dir.rglob("*") if f.is_file())
+        needed = spilled + spill.rows * (4 * (len(dense) + 1) + 4 * len(sparse))
         shutil.rmtree(spill_dir, ignore_errors=True)  # first: the figure shows the space it held
-        raise disk_full_error(out_dir.parent, option=CACHE_OPTION) from None
+        raise disk_full_error(out_dir.parent, needed, CACHE_OPTION, at_least=True) from None
     finally:
         with contextlib.suppress(OSError):  # a close that fails has been reported above
             spill.close_files()

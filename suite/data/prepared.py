@@ -122,7 +122,9 @@ class PreparedWriter:
     vocabularies) and hashed, so the manifest records each file's sha256 and ranges
     without a second read. ``force``: replace a slot prepared from other raw files;
     ``min_split_rows``: the fewest rows a split may have; ``both_labels``: each split
-    must hold rows of both labels (else AUC and log loss mean nothing).
+    must hold rows of both labels (else AUC and log loss mean nothing); ``expected_rows``:
+    the rows it will hold, where known, so that a disk without room for them is refused
+    before writing and a full disk names the space needed.
     """
 
     def __init__(
@@ -134,6 +136,7 @@ class PreparedWriter:
         force: bool = False,
         min_split_rows: int = 1,
         both_labels: bool = True,
+        expected_rows: int | None = None,
     ):
         self.out_dir = Path(out_dir)
         self.schema = schema
@@ -141,9 +144,10 @@ class PreparedWriter:
         self.force = force
         self.min_split_rows = min_split_rows
         self.both_labels = both_labels
+        self.needed = None if expected_rows is None else expected_rows * self.row_bytes()
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         slot.remove_stale(self.out_dir.parent, time.time())
-        with writing(self.out_dir.parent, option=CACHE_OPTION):
+        with writing(self.out_dir.parent, self.needed, CACHE_OPTION):
             self.tmp = make_temp_dir(
                 f".{self.out_dir.name}.tmp-{os.getpid()}-", self.out_dir.parent
             )
@@ -155,6 +159,10 @@ class PreparedWriter:
         self._ranges: dict[str, dict[str, Any]] = {}
         self.rows: dict[str, int] = {}
 
+    def row_bytes(self) -> int:
+        """Bytes one row takes in the prepared files (dense, sparse ids and label)."""
+        return 4 * (self.schema.num_dense + 1) + self.sparse_dtype.itemsize * self.schema.num_sparse
+
     def __enter__(self) -> PreparedWriter:
         return self
 
@@ -163,7 +171,7 @@ class PreparedWriter:
             full = exc is not None and is_disk_full(exc, self.tmp)
             self.abort()
             if full and not isinstance(exc, DiskFullError):
-                raise disk_full_error(self.out_dir.parent, option=CACHE_OPTION) from None
+                raise disk_full_error(self.out_dir.parent, self.needed, CACHE_OPTION) from None
 
     def append(self, split: str, dense: np.ndarray, sparse: np.ndarray, label: np.ndarray) -> None:
         """Append rows: ``dense [n, Dd]``, ``sparse [n, F]``, ``label [n]``.

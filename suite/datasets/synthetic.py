@@ -178,7 +178,7 @@ class SyntheticDataset(DatasetSource):
             dense=self.profile.dense_names, sparse=self.profile.sparse_names, cardinalities=cards
         )
         bounds = np.cumsum([0, options.train_rows, options.val_rows, options.test_rows])
-        with PreparedWriter(out_dir, schema, force=force) as writer:
+        with PreparedWriter(out_dir, schema, force=force, expected_rows=int(bounds[-1])) as writer:
             for split, lo, hi in zip(
                 ("train", "val", "test"), bounds[:-1], bounds[1:], strict=True
             ):

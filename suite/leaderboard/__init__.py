@@ -19,3 +19,5 @@ from pathlib import Path
 LEADERBOARD_DIR = Path("leaderboard")
 SUBMISSIONS = "submissions"
 FINGERPRINTS = "fingerprints.yaml"
+BOARD_OPTION = "--leaderboard-dir"
+"""The flag that moves the leaderboard's files, named when their disk is full."""

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from suite.config import DatasetSpec, stable_hash
 from suite.fileio import write_text_atomic
+from suite.leaderboard import BOARD_OPTION
 from suite.leaderboard.schema import Hash16, Name, Sha256, load_yaml_model
 
 REGISTRY_VERSION = 1
@@ -93,12 +94,13 @@ class FingerprintRegistry:
         return HEADER + yaml.safe_dump(ordered, sort_keys=True, default_flow_style=False)
 
     def save(self, path: Path) -> None:
-        write_atomic(path, self.to_yaml())
+        write_atomic(path, self.to_yaml(), BOARD_OPTION)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
-    write_text_atomic(path, text)
+def write_atomic(path: Path, text: str, option: str | None = None) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place; a full
+    disk is one line naming ``path``, the bytes needed and ``option``."""
+    write_text_atomic(path, text, option)
 
 
 def prepare_entry(spec: DatasetSpec, rebuild: bool, progress: bool = False) -> FingerprintEntry:

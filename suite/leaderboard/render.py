@@ -776,11 +776,12 @@ def render_html(items: list[Item]) -> str:
     return "\n".join(page)
 
 
-def write_leaderboard(items: list[Item], out_dir: Path) -> list[Path]:
-    """Write README.md and index.html into ``out_dir`` (atomically); returns the paths."""
+def write_leaderboard(items: list[Item], out_dir: Path, option: str | None = None) -> list[Path]:
+    """Write README.md and index.html into ``out_dir`` (atomically); returns the paths. A
+    full disk is one line naming ``option``, the setting that moves them."""
     readme, index = out_dir / README, out_dir / INDEX
-    write_atomic(readme, render_markdown(items))
-    write_atomic(index, render_html(items))
+    write_atomic(readme, render_markdown(items), option)
+    write_atomic(index, render_html(items), option)
     return [readme, index]
 
 

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from suite.config import format_validation_error, stable_hash
 from suite.errors import SuiteError
-from suite.fileio import apply_umask
-from suite.leaderboard import SUBMISSIONS
+from suite.fileio import apply_umask, writing
+from suite.leaderboard import BOARD_OPTION, SUBMISSIONS
 from suite.leaderboard.schema import (
     MAX_FILE_BYTES,
     Environment,
@@ -229,19 +229,20 @@ def write_submission(submission: Submission, leaderboard_dir: Path) -> tuple[Pat
         raise SuiteError(f"the submission is over {MAX_FILE_BYTES} bytes")
     if path.exists() or path.is_symlink():
         return path, _same_or_fail(path, text)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        apply_umask(tmp)  # mkstemp makes files 0600 whatever the umask
+    with writing(path, len(text.encode()), BOARD_OPTION):  # a full disk: one line
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
         try:
-            os.link(tmp, path)  # atomic and never replaces an existing file
-        except FileExistsError:
-            return path, _same_or_fail(path, text)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            apply_umask(tmp)  # mkstemp makes files 0600 whatever the umask
+            try:
+                os.link(tmp, path)  # atomic and never replaces an existing file
+            except FileExistsError:
+                return path, _same_or_fail(path, text)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
     return path, True
 
 

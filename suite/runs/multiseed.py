@@ -26,7 +26,13 @@ from suite.data.prepared import PreparedDataset
 from suite.environment import environment
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_text_atomic
-from suite.results import RESULT_SCHEMA_VERSION, TaskResult, now_iso
+from suite.results import (
+    OUT_OPTION,
+    RESULT_SCHEMA_VERSION,
+    RESULTS_OPTION,
+    TaskResult,
+    now_iso,
+)
 from suite.runs.names import parent_run_name, seed_run_name
 from suite.runs.signals import interruptible, interruption, note_killed_run
 from suite.runs.single import FINGERPRINT_CHARS, execute, log_data_input, preflight, run_tags
@@ -65,8 +71,9 @@ class MultiSeedResult(BaseModel):
     created: str = ""
     duration_s: float = 0.0
 
-    def write(self, path: str | Path) -> Path:
-        return write_text_atomic(path, self.model_dump_json(indent=2))
+    def write(self, path: str | Path, option: str | None = None) -> Path:
+        """Write atomically; a full disk is one line naming ``path`` and ``option``."""
+        return write_text_atomic(path, self.model_dump_json(indent=2), option)
 
     @classmethod
     def read(cls, path: str | Path) -> MultiSeedResult:
@@ -228,9 +235,9 @@ def _execute_seeds(
             created=now_iso(),
             duration_s=round(time.perf_counter() - started, 3),
         )
-        result.write(multiseed_path(config, seeds, data.fingerprint))
+        result.write(multiseed_path(config, seeds, data.fingerprint), RESULTS_OPTION)
         if out:
-            result.write(out)
+            result.write(out, OUT_OPTION)
         if parent:
             figures = {f"{k}_mean": v for k, v in mean.items()}
             figures |= {f"{k}_std": v for k, v in std.items() if v is not None and math.isfinite(v)}

@@ -21,7 +21,14 @@ from suite.engine.parallel import Parallel, join_process_group, leave_process_gr
 from suite.environment import environment
 from suite.errors import ConfigError, DiskFullError, SuiteError
 from suite.models.base import RecModel
-from suite.results import ARRAYS_DETAIL, TaskResult, now_iso, write_arrays
+from suite.results import (
+    ARRAYS_DETAIL,
+    OUT_OPTION,
+    RESULTS_OPTION,
+    TaskResult,
+    now_iso,
+    write_arrays,
+)
 from suite.runs.checks import (
     check_checkpoint_dir,
     check_memory,
@@ -343,7 +350,7 @@ def _run(
     details = dict(output.details)
     leader = parallel is None or parallel.leader
     if output.arrays and config.tracking.keep_arrays and leader:
-        details[ARRAYS_DETAIL] = write_arrays(path, output.arrays)
+        details[ARRAYS_DETAIL] = write_arrays(path, output.arrays, RESULTS_OPTION)
     result = TaskResult(
         task=config.task.name,
         model=config.model.name,
@@ -365,9 +372,9 @@ def _run(
     )
     if not leader:
         return result
-    result.write(path)
+    result.write(path, RESULTS_OPTION)
     if out:
-        result.write(out)
+        result.write(out, OUT_OPTION)
     if tracker:
         # the final figures belong to the last training step, after the last validation
         tracker.log_metrics(output.metrics, final_step)

@@ -231,7 +231,7 @@ def front_figure(spec: StudySpec, done: Any) -> Any:
 
 
 def _write_text(path: Path, text: str) -> Path:
-    return write_text_atomic(path, text)
+    return write_text_atomic(path, text, "--out")
 
 
 def export_config(spec: StudySpec, trial: FrozenTrial, path: Path) -> Path:
