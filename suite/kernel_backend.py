@@ -12,6 +12,7 @@ which to install (the pairs are :mod:`suite.versions`').
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import warnings
 from importlib import metadata
@@ -23,6 +24,10 @@ _REASON_CHARS = 200
 
 
 def _one_line(exc: BaseException) -> str:
+    """The first line of the innermost cause (fbgemm's loader wraps the ``dlopen`` error that
+    names the missing library in a generic "Could not load this library")."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
     text = str(exc).strip().splitlines()
     message = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
     return message if len(message) <= _REASON_CHARS else message[: _REASON_CHARS - 3] + "..."
@@ -50,7 +55,11 @@ def version_hint() -> str | None:
 @functools.cache
 def fbgemm_available() -> tuple[bool, str]:
     """``(True, "")`` when fbgemm-gpu's table-batched modules import here, else
-    ``(False, reason)`` with the failure in one line. The import is tried once."""
+    ``(False, reason)`` with the failure in one line. The import is tried once, with
+    fbgemm's own logging (a many-line warning per library, an error with a traceback)
+    silenced: where its build is not the one for this torch, one note says so instead."""
+    silenced = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -61,6 +70,11 @@ def fbgemm_available() -> tuple[bool, str]:
     except Exception as exc:  # a mismatched build raises anything from its loaders
         hint = version_hint()
         return False, _one_line(exc) + (f"; {hint}" if hint else "")
+    finally:
+        logging.disable(silenced)
+    hint = version_hint()
+    if hint:
+        print(f"note: {hint}; it imported, but its kernels may fail", file=sys.stderr, flush=True)
     return True, ""
 
 

@@ -86,3 +86,14 @@ def test_versions_and_wheelhouse_import_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_reason_names_the_innermost_cause() -> None:
+    try:
+        try:
+            raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+        except OSError as inner:
+            raise OSError("Could not load this library: /x/fbgemm_gpu_py.so") from inner
+    except OSError as exc:
+        reason = kernel_backend._one_line(exc)
+    assert reason == "OSError: libnvidia-ml.so.1: cannot open shared object file"
