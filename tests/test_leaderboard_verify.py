@@ -81,7 +81,7 @@ def test_verify_reproduces_a_cpu_seed_exactly(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "data fingerprint" in out and "matches" in out
-    assert "test_auc: recorded" in out and "(tolerance 0.001) ok" in out
+    assert "test_auc: recorded" in out and "(tolerance 0.003) ok" in out
     assert "embedding_bytes: recorded" in out and "(exact) ok" in out
     assert "train_samples_per_s" in out and "timing, not compared" in out
     # the same machine and thread count reproduce a CPU run bit for bit, and it says so
@@ -93,14 +93,14 @@ def test_verify_fails_when_a_metric_was_altered(
 ) -> None:
     path = only(board)
     data = json.loads(path.read_text())
-    data["seeds"][0]["metrics"]["test_auc"] += 2e-3
+    data["seeds"][0]["metrics"]["test_auc"] += 4e-3
     path.write_text(json.dumps(data))
     code = main(["leaderboard", "verify", str(path), "--no-tracking", "--record"])
     out = capsys.readouterr().out
     assert code == 1
-    assert "test_auc: recorded" in out and "(tolerance 0.001) MISMATCH" in out
+    assert "test_auc: recorded" in out and "(tolerance 0.003) MISMATCH" in out
     assert (
-        "NOT verified: seed 1 differs in test_auc (within 0.001 (CPU re-run of a CPU submission))"
+        "NOT verified: seed 1 differs in test_auc (within 0.003 (CPU re-run of a CPU submission))"
         in out
     )
     assert not (board / "verifications.yaml").exists()  # nothing recorded
@@ -234,13 +234,13 @@ def test_comparison_rules() -> None:
     from suite.leaderboard.verify import DEFAULT_TOLERANCE, compare
 
     recorded = {"test_auc": 0.75, "embedding_bytes": 100.0, "train_samples_per_s": 10.0}
-    near = {"test_auc": 0.7505, "embedding_bytes": 100.0, "train_samples_per_s": 99.0}
+    near = {"test_auc": 0.7525, "embedding_bytes": 100.0, "train_samples_per_s": 99.0}
     exact = {c.metric: c for c in compare("accuracy", recorded, near, 0.0)}
     assert not exact["test_auc"].ok  # a zero tolerance is exact
     assert exact["embedding_bytes"].ok and exact["train_samples_per_s"].tolerance is None
     loose = {c.metric: c for c in compare("accuracy", recorded, near, DEFAULT_TOLERANCE)}
-    assert loose["test_auc"].ok  # within 1e-3
-    far = compare("accuracy", recorded, {"test_auc": 0.752}, DEFAULT_TOLERANCE)
+    assert loose["test_auc"].ok  # within 3e-3
+    far = compare("accuracy", recorded, {"test_auc": 0.754}, DEFAULT_TOLERANCE)
     far_by = {c.metric: c for c in far}
     assert not far_by["test_auc"].ok and not far_by["embedding_bytes"].ok  # off, and missing
     sizes = compare("accuracy", {"embedding_bytes": 100.0}, {"embedding_bytes": 100.5}, 1.0)

@@ -12,14 +12,16 @@ Comparison rules, by the kind each task declares for a metric
 
 * ``size`` and ``count`` (bytes, parameters, FLOPs) are exact everywhere;
 * ``measured`` (timings, memory peaks) are reported but never compared;
-* quality figures (AUC, log loss, ...) may differ by at most ``CPU_TOLERANCE`` = 1e-3
-  absolute when a CPU submission is re-run on a CPU, and ``DEFAULT_TOLERANCE`` = 1e-3
-  otherwise (GPU, or another device), or ``--tolerance``. A re-run on the machine and
-  thread count that made the file is bit-identical (and says so), but on another x86
-  CPU the vector kernels differ (AVX-512, AVX2 or none; ``ATEN_CPU_CAPABILITY``) and one
-  epoch of training carries the rounding to differences of up to 4.7e-4 in AUC: measured
-  over the earlier 100k-row examples' nine seeds with ``benchmarks/verify_tolerance.py``, and
-  stated in the README.
+* quality figures (AUC, log loss, ...) may differ by at most ``CPU_TOLERANCE`` = 3e-3
+  absolute when a CPU submission is re-run on a CPU, and ``DEFAULT_TOLERANCE`` = 3e-3
+  otherwise (GPU, or another device; not measured, kept no tighter), or ``--tolerance``.
+  A re-run on the machine and thread count that made the file is bit-identical (and says
+  so), but another x86 CPU rounds otherwise (its vector kernels, ``ATEN_CPU_CAPABILITY``,
+  and its BLAS) and one epoch of training on the default 400k rows carries that to
+  differences of up to 1.5e-3 in AUC and 9.7e-4 in log loss: the shipped entries' nine
+  seeds re-run on an Intel AVX-512 CPU (records made on an AMD EPYC) with
+  ``benchmarks/verify_tolerance.py``, 27 re-runs, none bit-identical, 3 of them over the
+  earlier 1e-3 (measured at 100k rows, 4.7e-4); stated in the README.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from suite.leaderboard.validate import STALE, check_config, load_submission
 from suite.leaderboard.verified import VERIFICATIONS, Verification, Verifications
 from suite.results import TaskResult
 
-DEFAULT_TOLERANCE = 1e-3
-CPU_TOLERANCE = 1e-3
+DEFAULT_TOLERANCE = 3e-3
+CPU_TOLERANCE = 3e-3
 
 
 @dataclass(frozen=True)
