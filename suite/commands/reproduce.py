@@ -18,7 +18,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "intervals, and write the report and plots. The checked-in reference report is "
         "refreshed only on purpose: --out results/quick.",
     )
-    parser.add_argument("--profile", default="quick", help="quick (default) or full")
+    parser.add_argument(
+        "--profile",
+        default="quick",
+        help="quick (default), standard, full, or regime (the standard profile's empirical "
+        "claims in every regime of suite/reproductions/regimes.yaml)",
+    )
     parser.add_argument("--paper", action="append", help="only this paper (repeatable; see --list)")
     parser.add_argument("--claim", action="append", help="only this claim id (repeatable)")
     parser.add_argument(
@@ -126,17 +131,18 @@ def handle(args: argparse.Namespace) -> int:
     command = command_line(args)
     git_commit()  # read (and cached) before this command rewrites its report's plots
     from_results = None if args.from_results is None else (args.from_results or out_dir)
-    reproduction = reproduce(
-        args.profile,
-        args.paper,
-        args.claim,
-        overrides,
-        not args.quiet,
-        command,
-        workers=args.workers,
-        report_dir=out_dir,
-        from_results=from_results,
-    )
+    run = {
+        "progress": not args.quiet,
+        "command": command,
+        "workers": args.workers,
+        "report_dir": out_dir,
+        "from_results": from_results,
+    }
+    if args.profile == "regime":
+        from suite.reproduce.regimes import handle_regime
+
+        return handle_regime(args.paper, args.claim, overrides, **run)
+    reproduction = reproduce(args.profile, args.paper, args.claim, overrides, **run)
     plots = draw_plots(reproduction, out_dir)
     regime = regime_rows_of(reproduction, out_dir)
     report = render_report(reproduction, plots, command, regime=regime)

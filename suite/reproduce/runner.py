@@ -202,7 +202,7 @@ def run_config(
     data = deep_merge(data, prof.runs.get(run_id, {}))
     from suite.reproduce.tuning import tuned_overrides  # the profile's tuned values, if any
 
-    data = deep_merge(data, tuned_overrides(spec, profile, run_id))
+    data = deep_merge(data, tuned_overrides(spec, prof.like or profile, run_id))
     data = deep_merge(data, overrides)
     return validate_config(data, f"reproduction {spec.paper}/{run_id} ({profile})")
 

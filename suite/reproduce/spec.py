@@ -59,6 +59,11 @@ named ``<family>/<member>``; a member is a model-size preset name
   plan's balance): the report counts it apart from the empirical claims that training
   decides. ``origin: suite`` marks a target of this suite's own, not the paper's.
 
+**like** (optional, per profile): ``regime: {like: standard}`` takes the standard profile's
+base, seeds, per-run extras and tuned values (not its tuning block or note); the profile's own
+fields replace them. The ``regime`` profile judges the empirical claims in every data regime
+of ``suite/reproductions/regimes.yaml`` (``suite.reproduce.regimes``).
+
 **Tuning** (optional, per profile): every compared run tuned with the same budget, one
 Optuna study per run; ``suite reproduce --profile P --tune`` writes the chosen values to
 ``suite/reproductions/tuned/<paper>.<profile>.yaml`` and every run of the profile then
@@ -120,6 +125,11 @@ class Profile(Frozen):
     )
     tuning: Tuning | None = Field(
         None, description="one study per tuned run, same budget (see suite.reproduce.tuning)"
+    )
+    like: str | None = Field(
+        None,
+        description="another profile whose base, seeds, per-run extras and tuned values this "
+        "one takes (the regime profile: suite.reproduce.regimes)",
     )
 
     @field_validator("seeds")
@@ -260,6 +270,25 @@ class ReproductionSpec(Frozen):
     runs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     claims: list[Claim]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_like(cls, data: Any) -> Any:
+        """A profile with ``like: P`` starts from profile P's fields (its tuning block left
+        out: it trains with P's tuned values); its own fields replace P's."""
+        if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+            return data
+        profiles = dict(data["profiles"])
+        for name, profile in profiles.items():
+            like = profile.get("like") if isinstance(profile, dict) else None
+            if like is None:
+                continue
+            source = profiles.get(like)
+            if not isinstance(source, dict) or source.get("like"):
+                raise ValueError(f"profile {name}: like {like!r} names no plain profile")
+            inherited = {k: v for k, v in source.items() if k not in ("tuning", "note")}
+            profiles[name] = {**inherited, **profile}
+        return {**data, "profiles": profiles}
+
     @field_validator("claims")
     @classmethod
     def _expand(cls, claims: list[Claim]) -> list[Claim]:
@@ -305,8 +334,12 @@ class ReproductionSpec(Frozen):
         return [r for r in self.runs if r not in families] + members
 
 
+NOT_SPECS = ("regimes",)
+"""YAML files beside the specs that are not specs (``regimes.yaml``: suite.reproduce.regimes)."""
+
+
 def list_specs(directory: Path = SPEC_DIR) -> list[str]:
-    return sorted(p.stem for p in directory.glob("*.yaml"))
+    return sorted(p.stem for p in directory.glob("*.yaml") if p.stem not in NOT_SPECS)
 
 
 def load_spec(name_or_path: str | Path, directory: Path = SPEC_DIR) -> ReproductionSpec:

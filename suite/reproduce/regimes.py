@@ -1,0 +1,301 @@
+"""Verdicts across data regimes: the ``regime`` profile (issue 38, item 3).
+
+The regimes are declared in one place, ``suite/reproductions/regimes.yaml``: each a name,
+a line of text and a partial config (a dataset override, and the schedule it needs)
+merged over every run of the profile before the command line's ``--set``::
+
+    regimes:
+      today: {text: criteo-synth as the standard profile, override: {}}
+      kaggle: {text: ..., override: {dataset: {options: {regime: kaggle, train_rows: 1000000}}}}
+
+A spec takes part with a profile ``regime: {like: standard}`` (the standard profile's base,
+seeds, per-run extras and tuned values; ``suite.reproduce.spec``). Its empirical claims
+(the ones training decides) are judged in every regime with the standard profile's
+statistics (``suite.decisions``): each regime's runs are ordinary jobs with their own config
+hashes, stored under ``<report dir>/runs/<hash>/seed-N.json`` beside the other regimes',
+so a killed run resumes without redoing finished jobs and ``--from-results`` rebuilds the
+report. A job whose config equals one the standard profile stored (the ``today`` regime,
+tuned values and all) is adopted from ``results/standard/runs`` with its test-set noise
+instead of being trained again.
+
+:func:`across` turns one claim's verdicts in the regimes into the report's last column:
+``holds in every regime`` (or ``does not hold in every regime``), ``changes (...)`` where
+two decided verdicts differ, ``not decided in ...`` where a regime decides nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from suite.config import Frozen, deep_merge, load_yaml
+from suite.errors import ConfigError
+from suite.reproduce.claims import ClaimOutcome
+from suite.reproduce.runner import (
+    Job,
+    Reproduction,
+    plan_jobs,
+    plan_runs,
+    profile_seeds,
+    reproduce,
+    select_specs,
+    selected_claims,
+)
+from suite.reproduce.spec import SPEC_DIR
+
+PROFILE = "regime"
+REGIMES_FILE = SPEC_DIR / "regimes.yaml"
+STANDARD_DIR = Path("results/standard")
+"""Where the standard profile's run results are checked in (jobs adopted from there)."""
+DECIDED = ("holds", "does not hold")
+
+
+class Regime(Frozen):
+    """One data regime: what it is, and the partial config that makes it."""
+
+    text: str = Field(description="one line: the regime and why it is here")
+    override: dict[str, Any] = Field(
+        default_factory=dict, description="partial config merged over every run of the profile"
+    )
+
+
+class RegimeFile(Frozen):
+    regimes: dict[str, Regime] = Field(min_length=1)
+
+
+def load_regimes(path: str | Path = REGIMES_FILE) -> dict[str, Regime]:
+    """The declared regimes, in file order."""
+    from pydantic import ValidationError
+
+    from suite.config import format_validation_error
+
+    try:
+        return dict(RegimeFile.model_validate(load_yaml(Path(path))).regimes)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid regimes file {path}: {format_validation_error(exc)}") from None
+
+
+def regime_overrides(regime: Regime, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The overrides one regime's runs train with: the regime's, then the command line's."""
+    return deep_merge(copy.deepcopy(regime.override), overrides)
+
+
+def empirical_claim_ids(papers: list[str] | None, claim_ids: list[str] | None) -> list[str]:
+    """The claims the regime profile judges: the selected specs' empirical ones."""
+    specs = select_specs(papers, PROFILE, claim_ids)
+    ids = [
+        c.id
+        for spec in specs
+        for c in selected_claims(spec, PROFILE, claim_ids)
+        if c.basis == "empirical"
+    ]
+    if not ids:
+        raise ConfigError("the regime profile judges empirical claims; none is selected")
+    return list(dict.fromkeys(ids))
+
+
+def regime_jobs(
+    papers: list[str] | None,
+    claim_ids: list[str] | None,
+    overrides: dict[str, Any],
+    regimes: dict[str, Regime],
+) -> dict[str, list[Job]]:
+    """Every (run, seed) job of each regime, as the runner plans them (no training)."""
+    ids = empirical_claim_ids(papers, claim_ids)
+    specs = select_specs(papers, PROFILE, ids)
+    seeds = profile_seeds(specs, PROFILE)
+    out = {}
+    for name, regime in regimes.items():
+        planned, _ = plan_runs(specs, PROFILE, ids, regime_overrides(regime, overrides))
+        out[name] = plan_jobs(planned, seeds, PROFILE)
+    return out
+
+
+def adopt_stored(jobs: list[Job], source: Path, report_dir: Path) -> int:
+    """Copy into ``report_dir`` the jobs ``source`` (another profile's report directory)
+    stored with the very same config, and the test-set noise of their pairs; returns how
+    many were copied (jobs already stored in ``report_dir`` are left alone)."""
+    from suite.reproduce import store
+
+    if source.resolve() == report_dir.resolve():
+        return 0
+    adopted: set[str] = set()
+    for job in jobs:
+        if store.read_result(report_dir, job.key, job.config) is not None:
+            continue
+        if store.result_file(source, job.key, job.seed).is_file():
+            found = store.read_result(source, job.key, job.config)
+            if found is not None:
+                store.write_result(report_dir, job.key, found)
+                adopted.add(f"{job.key}/{job.seed}")
+    if adopted:
+        keys = {a.split("/")[0] for a in adopted}
+        noise = store.read_noise(report_dir)
+        noise.update({k: v for k, v in store.read_noise(source).items() if k[0] in keys})
+        store.write_noise(report_dir, noise)
+    return len(adopted)
+
+
+@dataclass
+class RegimeOutcome:
+    name: str
+    regime: Regime
+    reproduction: Reproduction
+    jobs: int
+    adopted: int = 0
+
+
+def reproduce_regimes(
+    papers: list[str] | None,
+    claim_ids: list[str] | None,
+    overrides: dict[str, Any],
+    regimes: dict[str, Regime] | None = None,
+    adopt_from: Path | None = STANDARD_DIR,
+    **run: Any,
+) -> list[RegimeOutcome]:
+    """The regime profile: the selected specs' empirical claims judged in every regime.
+
+    Each regime is one reproduction of the ``regime`` profile under its overrides
+    (:func:`suite.reproduce.runner.reproduce`, given ``run``: progress, command, workers,
+    report_dir, from_results), all stored in the one ``report_dir`` (config hashes keep the
+    regimes apart; resumable as any reproduction). ``adopt_from``: a report directory whose
+    stored jobs of the same config are copied instead of trained (None: none)."""
+    regimes = regimes if regimes is not None else load_regimes()
+    ids = empirical_claim_ids(papers, claim_ids)
+    planned = regime_jobs(papers, ids, overrides, regimes)
+    report_dir, training = run.get("report_dir"), run.get("from_results") is None
+    out = []
+    for name, regime in regimes.items():
+        adopted = 0
+        if training and report_dir is not None and adopt_from is not None:
+            adopted = adopt_stored(planned[name], Path(adopt_from), Path(report_dir))
+        reproduction = reproduce(PROFILE, papers, ids, regime_overrides(regime, overrides), **run)
+        out.append(RegimeOutcome(name, regime, reproduction, len(planned[name]), adopted))
+    return out
+
+
+def across(verdicts: dict[str, str]) -> str:
+    """One claim's verdicts by regime -> the report's last column."""
+    decided = {r: v for r, v in verdicts.items() if v in DECIDED}
+    undecided = [r for r in verdicts if r not in decided]
+    parts = []
+    if len(set(decided.values())) > 1:
+        parts.append("changes (" + "; ".join(f"{r}: {v}" for r, v in decided.items()) + ")")
+    elif decided and not undecided:
+        parts.append(f"{next(iter(decided.values()))} in every regime")
+    if undecided:
+        parts.append("not decided in " + ", ".join(undecided))
+    return "; ".join(parts)
+
+
+def claim_grid(outcomes: list[RegimeOutcome]) -> list[tuple[str, str, dict[str, ClaimOutcome]]]:
+    """``(paper, claim id, regime -> outcome)`` for every claim judged, in report order."""
+    grid: dict[tuple[str, str], dict[str, ClaimOutcome]] = {}
+    for regime in outcomes:
+        for paper in regime.reproduction.papers:
+            for claim in paper.claims:
+                grid.setdefault((paper.spec.paper, claim.claim.id), {})[regime.name] = claim
+    return [(paper, cid, by) for (paper, cid), by in grid.items()]
+
+
+def job_minutes(
+    jobs: list[Job], reference: dict[str, float], scale: float = 1.0
+) -> tuple[float, int]:
+    """``(minutes, known)``: the jobs' estimated training minutes, from ``reference``
+    (seconds one seed of a config took, by the run's role) times ``scale``; ``known``
+    counts the jobs that had a reference figure (the others count 0)."""
+    seconds, known = 0.0, 0
+    for job in jobs:
+        role = job.tags["suite.roles"].split(",")[0]
+        if role in reference:
+            seconds += reference[role] * scale
+            known += 1
+    return seconds / 60, known
+
+
+def role_seconds(jobs: list[Job], directory: Path) -> dict[str, float]:
+    """Mean seconds per seed of each run (by role ``paper/run``) stored under ``directory``
+    for these jobs' configs."""
+    from suite.reproduce.store import read_result
+
+    found: dict[str, list[float]] = {}
+    for job in jobs:
+        result = read_result(directory, job.key, job.config)
+        if result is not None:
+            found.setdefault(job.tags["suite.roles"].split(",")[0], []).append(result.duration_s)
+    return {role: sum(v) / len(v) for role, v in found.items()}
+
+
+def train_rows(jobs: list[Job]) -> float:
+    """The training rows of a regime's runs (the first job's; NaN without one)."""
+    if not jobs:
+        return math.nan
+    return float(jobs[0].config.dataset.options.get("train_rows", math.nan))
+
+
+def plan_text(jobs: dict[str, list[Job]], report_dir: Path, reference_dir: Path) -> list[str]:
+    """One line per regime: its jobs, those stored (or adoptable), and the estimated
+    job-minutes still to train (``reference_dir``'s per-run seconds, from today's regime,
+    scaled by training rows; runs it lacks at the median)."""
+    from suite.reproduce.store import read_result
+
+    first = next(iter(jobs.values()))
+    reference = role_seconds(first, reference_dir)
+    median = sorted(reference.values())[len(reference) // 2] if reference else math.nan
+    lines = []
+    for name, regime_jobs_ in jobs.items():
+        todo = [
+            j
+            for j in regime_jobs_
+            if read_result(report_dir, j.key, j.config) is None
+            and read_result(reference_dir, j.key, j.config) is None
+        ]
+        scale = train_rows(regime_jobs_) / train_rows(first)
+        minutes, known = job_minutes(todo, reference, scale)
+        minutes += (len(todo) - known) * median * scale / 60
+        cost = (
+            f"about {minutes:.0f} job-minutes (x{scale:g} the standard's seconds per job)"
+            if not math.isnan(minutes)
+            else "no stored standard durations to estimate its job-minutes from"
+        )
+        lines.append(
+            f"regime {name}: {len(regime_jobs_)} jobs, {len(regime_jobs_) - len(todo)} stored or "
+            f"adopted, {len(todo)} to train, {cost}"
+        )
+    return lines
+
+
+def handle_regime(
+    papers: list[str] | None, claim_ids: list[str] | None, overrides: dict[str, Any], **run: Any
+) -> int:
+    """``suite reproduce --profile regime``: print the plan, train (or resume) every regime's
+    jobs, judge them, write the report and plots under ``run["report_dir"]``."""
+    from suite.fileio import write_text_atomic
+    from suite.reproduce.plots import draw_plots
+    from suite.reproduce.regime_report import (
+        draw_regime_plot,
+        regime_counts_line,
+        render_regime_report,
+    )
+
+    regimes = load_regimes()
+    out_dir = Path(run["report_dir"])
+    if run.get("from_results") is None:
+        jobs = regime_jobs(papers, claim_ids, overrides, regimes)
+        for line in plan_text(jobs, out_dir, STANDARD_DIR):
+            print(line, flush=True)
+    outcomes = reproduce_regimes(papers, claim_ids, overrides, regimes, **run)
+    plots = draw_regime_plot(outcomes, out_dir)
+    for regime in outcomes:
+        drawn = draw_plots(regime.reproduction, out_dir / regime.name)
+        plots += [f"{regime.name}/{p}" for p in drawn]
+    report = render_regime_report(outcomes, plots, run.get("command", ""), out_dir)
+    path = write_text_atomic(out_dir / "REPORT.md", report, "--out")
+    print(regime_counts_line(outcomes))
+    print(f"report: {path}")
+    return 0
