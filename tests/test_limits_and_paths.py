@@ -156,6 +156,22 @@ def test_render_out_on_a_file_is_one_line(tmp_path: Path) -> None:
     assert blocker.read_text() == "x"
 
 
+@pytest.mark.skipif(not Path("/etc/passwd").is_file(), reason="no /etc/passwd here")
+def test_the_reported_etc_passwd_paths_are_refused_untouched(tmp_path: Path) -> None:
+    """The issue's own commands, as root where the file is writable: one line each, before
+    any work, and /etc/passwd keeps its bytes and mtime."""
+    passwd = Path("/etc/passwd")
+    before = (passwd.read_bytes(), passwd.stat().st_mtime_ns)
+    line = _run_fails(
+        tmp_path, "--set", f"train.checkpoint_dir={passwd}", "--set", "train.checkpoint_every=5"
+    )
+    assert line == f"error: train.checkpoint_dir: {passwd} exists and is not a directory"
+    board = REPO / "leaderboard"
+    proc = _suite("leaderboard", "render", "--leaderboard-dir", str(board), "--out", str(passwd))
+    assert _one_line(proc) == f"error: --out: {passwd} exists and is not a directory"
+    assert (passwd.read_bytes(), passwd.stat().st_mtime_ns) == before
+
+
 @pytest.mark.parametrize("command", ["validate", "render"])
 def test_a_missing_leaderboard_dir_fails(tmp_path: Path, command: str) -> None:
     missing = tmp_path / "nonexistent"
