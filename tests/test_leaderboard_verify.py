@@ -81,11 +81,32 @@ def test_verify_reproduces_a_cpu_seed_exactly(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "data fingerprint" in out and "matches" in out
-    assert "test_auc: recorded" in out and "(tolerance 0.003) ok" in out
+    # the recording CPU model, threads and versions: quality figures too must match exactly
+    auc_line = next(line for line in out.splitlines() if "test_auc: recorded" in line)
+    assert "(exact) ok" in auc_line, out
     assert "embedding_bytes: recorded" in out and "(exact) ok" in out
     assert "train_samples_per_s" in out and "timing, not compared" in out
     # the same machine and thread count reproduce a CPU run bit for bit, and it says so
     assert "verified: seed 2 reproduces the recorded metrics (bit-identical)" in out
+
+
+def test_quality_figures_are_exact_on_the_recording_cpu_and_close_elsewhere(board: Path) -> None:
+    import torch
+
+    from suite.environment import fbgemm_version
+    from suite.leaderboard.verify import CPU_TOLERANCE, DEFAULT_TOLERANCE, tolerance_rule
+
+    sub = Submission.model_validate_json(only(board).read_text())
+    here = {"torch": torch.__version__, "fbgemm": fbgemm_version()}
+    assert tolerance_rule(sub, "cpu", here, None)[0] == 0.0
+    other_cpu = sub.model_copy(
+        update={"environment": sub.environment.model_copy(update={"device_name": "Other CPU"})}
+    )
+    tolerance, rule = tolerance_rule(other_cpu, "cpu", here, None)
+    assert tolerance == CPU_TOLERANCE and "another CPU than the recording 'Other CPU'" in rule
+    assert tolerance_rule(sub, "cpu", {**here, "torch": "0.0"}, None)[0] == CPU_TOLERANCE
+    assert tolerance_rule(sub, "cuda", here, None)[0] == DEFAULT_TOLERANCE
+    assert tolerance_rule(sub, "cpu", here, 0.01) == (0.01, "within 0.01 (--tolerance)")
 
 
 def test_verify_fails_when_a_metric_was_altered(
@@ -93,16 +114,13 @@ def test_verify_fails_when_a_metric_was_altered(
 ) -> None:
     path = only(board)
     data = json.loads(path.read_text())
-    data["seeds"][0]["metrics"]["test_auc"] += 4e-3
+    data["seeds"][0]["metrics"]["test_auc"] += 1e-6  # far below any cross-CPU tolerance
     path.write_text(json.dumps(data))
     code = main(["leaderboard", "verify", str(path), "--no-tracking", "--record"])
     out = capsys.readouterr().out
     assert code == 1
-    assert "test_auc: recorded" in out and "(tolerance 0.003) MISMATCH" in out
-    assert (
-        "NOT verified: seed 1 differs in test_auc (within 0.003 (CPU re-run of a CPU submission))"
-        in out
-    )
+    assert "test_auc: recorded" in out and "(exact) MISMATCH" in out
+    assert "NOT verified: seed 1 differs in test_auc (exact on the recording CPU model" in out
     assert not (board / "verifications.yaml").exists()  # nothing recorded
 
 

@@ -15,9 +15,9 @@ Comparison rules, by the kind each task declares for a metric
 * quality figures (AUC, log loss, ...) may differ by at most ``CPU_TOLERANCE`` = 3e-3
   absolute when a CPU submission is re-run on a CPU, and ``DEFAULT_TOLERANCE`` = 3e-3
   otherwise (GPU, or another device; not measured, kept no tighter), or ``--tolerance``.
-  A re-run on the machine and thread count that made the file is bit-identical (and says
-  so), but another x86 CPU rounds otherwise (its vector kernels, ``ATEN_CPU_CAPABILITY``,
-  and its BLAS) and one epoch of training on the default 400k rows carries that to
+  A re-run on the CPU model, thread count, torch and fbgemm that made the file must be
+  bit-identical (tolerance 0), but another x86 CPU rounds otherwise (its vector kernels,
+  ``ATEN_CPU_CAPABILITY``, and its BLAS) and one epoch of training on the default 400k rows carries that to
   differences of up to 1.5e-3 in AUC and 9.7e-4 in log loss: the shipped entries' nine
   seeds re-run on an Intel AVX-512 CPU (records made on an AMD EPYC) with
   ``benchmarks/verify_tolerance.py``, 27 re-runs, none bit-identical, 3 of them over the
@@ -183,11 +183,8 @@ def verify(
     }
     config = validate_config(data, f"config of {path}")
 
-    cpu = recorded_device == "cpu" and device == "cpu"
-    tolerance = opts.tolerance
-    if tolerance is None:
-        tolerance = CPU_TOLERANCE if cpu else DEFAULT_TOLERANCE
-    rule = f"within {tolerance:g} ({'CPU re-run of a CPU submission' if cpu else 'another device'})"
+    versions = {"torch": torch.__version__, "fbgemm": fbgemm_version()}
+    tolerance, rule = tolerance_rule(sub, device, versions, opts.tolerance)
     outcome = Outcome(seed, rule)
     for added in resolved.applied:
         old = next(a for a in ADDED_SINCE if a.path == added)
@@ -203,7 +200,6 @@ def verify(
             f"this suite resolves the config to hash {rerun_hash}, not the recorded "
             f"{runs[seed].config_hash}"
         )
-    versions = {"torch": torch.__version__, "fbgemm": fbgemm_version()}
     for name, here in versions.items():
         there = getattr(sub.environment, name)
         if here != there:
@@ -233,6 +229,31 @@ def verify(
         record_verification(board / VERIFICATIONS, path.name, outcome, result)
         log(f"recorded in {board / VERIFICATIONS}")
     return outcome
+
+
+def tolerance_rule(
+    sub: Submission, device: str, versions: dict[str, str | None], given: float | None
+) -> tuple[float, str]:
+    """How closely a re-run on ``device`` must match ``sub``'s figures, and the rule in
+    words: ``given`` (``--tolerance``) if any; exact on the CPU model, thread count, torch
+    and fbgemm that made the record (a re-run there is bit-identical); else
+    ``CPU_TOLERANCE`` on another CPU, ``DEFAULT_TOLERANCE`` on another device."""
+    from suite.environment import device_name
+
+    env = sub.environment
+    cpu = env.device == "cpu" and device == "cpu"
+    if given is not None:
+        return given, f"within {given:g} (--tolerance)"
+    same = (
+        cpu
+        and env.device_name == device_name("cpu")
+        and versions == {"torch": env.torch, "fbgemm": env.fbgemm}
+    )
+    if same:
+        return 0.0, f"exact on the recording CPU model {env.device_name!r}, threads and versions"
+    where = f"another CPU than the recording {env.device_name!r}" if cpu else "another device"
+    tolerance = CPU_TOLERANCE if cpu else DEFAULT_TOLERANCE
+    return tolerance, f"within {tolerance:g} ({where})"
 
 
 def board_of(path: Path) -> Path:
