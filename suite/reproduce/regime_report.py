@@ -99,8 +99,9 @@ def cost_rows(outcomes: list[RegimeOutcome]) -> list[dict[str, str]]:
 
 
 def draw_regime_plot(outcomes: list[RegimeOutcome], out_dir: Path) -> list[str]:
-    """The tested figure and its 90% interval of every AUC claim in every regime, one row
-    per claim, one colour per regime; returns the PNG's name (none without claims)."""
+    """The tested figure and its 90% interval of every claim in every regime, one row per
+    claim (dotted: its margin), one colour per regime; returns the PNG's name (none
+    without claims)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,6 +126,12 @@ def draw_regime_plot(outcomes: list[RegimeOutcome], out_dir: Path) -> list[str]:
             lows.append(ci.mean - ci.low if not math.isnan(ci.low) else 0.0)
             highs.append(ci.high - ci.mean if not math.isnan(ci.high) else 0.0)
         ax.errorbar(xs, ys, xerr=[lows, highs], fmt="o", ms=3, capsize=2, label=regime.name)
+    for i, (_, by) in enumerate(grid):  # the claim's margin, where it has one
+        claim = next(iter(by.values())).claim
+        if claim.comparative and claim.margin:
+            sides = {"greater": [1], "less": [-1], "within": [-1, 1]}.get(claim.kind, [])
+            for side in sides:
+                ax.plot([side * claim.margin] * 2, [i + 0.05, i + 0.95], color="0.3", ls=":")
     ax.axvline(0.0, color="0.6", lw=0.8)
     ax.set_yticks([i + 0.5 for i in range(len(grid))], [cid for cid, _ in grid], fontsize=7)
     ax.invert_yaxis()
@@ -150,6 +157,11 @@ def render_regime_report(
         {"": "command", " ": f"`{command}`"},
         {"": "overrides", " ": json.dumps(first.overrides, sort_keys=True)},
         {"": "commit", " ": str(env["git_commit"])},
+        {
+            "": "software",
+            " ": f"suite {env['suite_version']}, python {env['python']}, torch {env['torch']}, "
+            f"fbgemm {env['fbgemm']}, mlflow {env['mlflow']}",
+        },
         {"": "seeds", " ": ", ".join(map(str, first.seeds)) + " (every run, paired)"},
     ]
     counts = across_counts(outcomes)

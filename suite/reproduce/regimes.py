@@ -163,7 +163,8 @@ def reproduce_regimes(
     Each regime is one reproduction of the ``regime`` profile under its overrides
     (:func:`suite.reproduce.runner.reproduce`, given ``run``: progress, command, workers,
     report_dir, from_results), all stored in the one ``report_dir`` (config hashes keep the
-    regimes apart; resumable as any reproduction). ``adopt_from``: a report directory whose
+    regimes apart; resumable as any reproduction; each regime's MLflow parent run names it in
+    its ``suite.command`` tag). ``adopt_from``: a report directory whose
     stored jobs of the same config are copied instead of trained (None: none)."""
     regimes = regimes if regimes is not None else load_regimes()
     ids = empirical_claim_ids(papers, claim_ids)
@@ -174,7 +175,10 @@ def reproduce_regimes(
         adopted = 0
         if training and report_dir is not None and adopt_from is not None:
             adopted = adopt_stored(planned[name], Path(adopt_from), Path(report_dir))
-        reproduction = reproduce(PROFILE, papers, ids, regime_overrides(regime, overrides), **run)
+        tagged = {**run, "command": f"{run.get('command', '')} [regime {name}]".strip()}
+        reproduction = reproduce(
+            PROFILE, papers, ids, regime_overrides(regime, overrides), **tagged
+        )
         out.append(RegimeOutcome(name, regime, reproduction, len(planned[name]), adopted))
     return out
 
