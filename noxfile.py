@@ -160,6 +160,18 @@ def submit(session: nox.Session) -> None:
     session.run("suite", "leaderboard", "render")
 
 
+# The pair loads: fbgemm first through the suite's own probe (one line, not fbgemm's log).
+COMPAT_IMPORTS = """
+import sys
+from suite.kernel_backend import fbgemm_available
+ok, why = fbgemm_available()
+if not ok:
+    sys.exit(f"fbgemm-gpu does not load: {why}")
+import fbgemm_gpu, torch, torchrec
+print("torch", torch.__version__, "fbgemm_gpu", fbgemm_gpu.__version__, "torchrec", torchrec.__version__)
+"""
+
+
 @nox.session
 @nox.parametrize("torch", [p.minor for p in versions.PAIRS], ids=[p.minor for p in versions.PAIRS])
 def compat(session: nox.Session, torch: str) -> None:
@@ -177,13 +189,7 @@ def compat(session: nox.Session, torch: str) -> None:
             f"torch {pair.torch} with {fbgemm} and torchrec {pair.torchrec} does not install "
             "here (pip's message above; a missing wheel takes the pair out of suite/versions.py)"
         )
-    session.run(
-        "python",
-        "-c",
-        "import suite, fbgemm_gpu, torchrec, torch; "
-        "print('torch', torch.__version__, 'fbgemm_gpu', fbgemm_gpu.__version__, "
-        "'torchrec', torchrec.__version__)",
-    )
+    session.run("python", "-c", COMPAT_IMPORTS)
     session.run(
         "pytest", "-q", "-m", "not slow and not gpu", *session.posargs, env={"OMP_NUM_THREADS": "1"}
     )
