@@ -7,13 +7,15 @@ package; skipped with the reason when one is missing. No browser is ever downloa
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from suite.leaderboard.render import groups, render_html
+from suite.leaderboard.render import chart_data, groups, render_html
 from tests.test_leaderboard_render import HOSTILE, HOSTILE_NOTES, sample_items
 
 # the boards' ids: what they compare (dataset, protocol, task, data fingerprint)
@@ -291,6 +293,182 @@ def test_shipped_board_links_each_entrys_config_and_record_and_draws_its_cis(
     assert browser.find_element(By.CSS_SELECTOR, f"#{first} pre").is_displayed()
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == []
+
+
+def _ticks(driver: Any, chart: str) -> tuple[list[str], list[str]]:
+    """The x (memory) and y (quality) tick labels of a board's chart: the texts under the
+    x axis and those right-aligned left of the y axis."""
+    return driver.execute_script(
+        """
+        const svg = document.getElementById('chart-' + arguments[0]);
+        const axis = svg.querySelector('line.axis').y1.baseVal.value;
+        const texts = Array.from(svg.querySelectorAll(':scope > text'));
+        const under = t => Math.abs(t.y.baseVal[0].value - axis - 14) < 1;
+        return [texts.filter(t => t.getAttribute('text-anchor') === 'middle' && under(t)),
+                texts.filter(t => t.getAttribute('text-anchor') === 'end')]
+          .map(ts => ts.map(t => t.textContent));
+        """,
+        chart,
+    )
+
+
+def assert_nice_ticks(xs: list[str], ys: list[str], lows: list[float], highs: list[float]) -> None:
+    """Round ticks: y labels 1, 2 or 5 x 10^k apart, each a multiple of that step written
+    with the step's decimals, spanning every point and CI; x labels round sizes."""
+    values = [float(y) for y in ys]
+    assert len(values) >= 3, ys
+    step = values[1] - values[0]
+    exponent = math.floor(math.log10(step) + 1e-9)
+    mantissa = round(step / 10**exponent, 6)
+    assert mantissa in (1, 2, 5), ys
+    places = max(0, -exponent)
+    for n, (text, value) in enumerate(zip(ys, values, strict=True)):
+        assert value == pytest.approx(values[0] + n * step, abs=step * 1e-6), ys
+        assert value / step == pytest.approx(round(value / step), abs=1e-6), ys
+        assert text == f"{value:.{places}f}", ys
+    assert values[0] <= min(lows) and values[-1] >= max(highs), (ys, lows, highs)
+    for text in xs:
+        number, unit = text.split(" ")
+        assert unit in ("B", "KiB", "MiB", "GiB") and re.fullmatch("[1-9]0*", number), xs
+
+
+def test_chart_ticks_are_round_and_span_the_cis(browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    items = sample_items()
+    page = tmp_path / "index.html"
+    page.write_text(render_html(items), encoding="utf-8")
+    browser.get(page.as_uri())
+    (chart,) = chart_data(groups(items))["charts"]  # type: ignore[misc]
+    points = chart["points"]
+    xs, ys = _ticks(browser, CRITEO)
+    assert xs and ys
+    assert_nice_ticks(xs, ys, [p["ci_low"] for p in points], [p["ci_high"] for p in points])
+    # one entry left by a filter: its own CI, still on round ticks
+    Select(browser.find_element(By.ID, "filter-method")).select_by_value("qr")
+    (qr,) = (p for p in points if p["label"].endswith("qr"))
+    xs, ys = _ticks(browser, CRITEO)
+    assert_nice_ticks(xs, ys, [qr["ci_low"]], [qr["ci_high"]])
+    if SHIPPED.is_file():
+        browser.get(SHIPPED.as_uri())
+        for board in chart_boards(browser):
+            xs, ys = _ticks(browser, board)
+            assert len(xs) >= 2
+            assert_nice_ticks(xs, ys, *shipped_cis(browser, board))
+
+
+def chart_boards(driver: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [
+        c.get_attribute("id").removeprefix("chart-")
+        for c in driver.find_elements(By.CSS_SELECTOR, "[id^='chart-']")
+    ]
+
+
+def shipped_cis(driver: Any, board: str) -> tuple[list[float], list[float]]:
+    """The CI ends of a board's points, from the page's own chart data."""
+    points = driver.execute_script(
+        "const d = JSON.parse(document.getElementById('leaderboard-data').textContent);"
+        "return d.charts.find(c => c.id === arguments[0]).points",
+        board,
+    )
+    return [p["ci_low"] for p in points], [p["ci_high"] for p in points]
+
+
+def _open_blocks(driver: Any) -> list[str]:
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('details')).filter(d => d.open).map(d => d.id)"
+    )
+
+
+def _in_view(driver: Any, element_id: str) -> bool:
+    return driver.execute_script(
+        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+        "return r.top >= -1 && r.top < window.innerHeight",
+        element_id,
+    )
+
+
+def test_a_fragment_opens_and_shows_its_block(browser: Any, tmp_path: Path) -> None:
+    """``index.html#config-<entry>`` (the Markdown board's links) and ``#record-<entry>``
+    open that block and scroll to it, on load and when the fragment changes, clearing a
+    filter that hides its row."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    items = sample_items()
+    page = tmp_path / "index.html"
+    page.write_text(render_html(items), encoding="utf-8")
+    criteo = next(g for g in groups(items) if g.gid == CRITEO)
+    full, qr, hashed = (i.anchor for i in criteo.items)
+    browser.set_window_size(1400, 500)  # short, so that showing a block takes a scroll
+    browser.get(f"{page.as_uri()}#record-{hashed}")
+    assert _open_blocks(browser) == [f"record-{hashed}"]
+    assert _in_view(browser, f"record-{hashed}")
+    assert browser.execute_script("return window.scrollY") > 0
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.execute_script("location.hash = arguments[0]", f"#config-{full}")
+    WebDriverWait(browser, 5).until(lambda d: f"config-{full}" in _open_blocks(d))
+    assert _in_view(browser, f"config-{full}")
+    # a filter hides the entry: the link still shows it, the filters cleared
+    Select(browser.find_element(By.ID, "filter-method")).select_by_value("full")
+    browser.execute_script("location.hash = arguments[0]", f"#config-{qr}")
+    WebDriverWait(browser, 5).until(lambda d: f"config-{qr}" in _open_blocks(d))
+    assert browser.find_element(By.ID, f"config-{qr}").is_displayed()
+    assert browser.find_element(By.ID, "filter-method").get_attribute("value") == ""
+    assert _in_view(browser, f"config-{qr}")
+    # a fragment naming no block (or not a block) changes nothing
+    browser.get("about:blank")
+    browser.get(f"{page.as_uri()}#{CRITEO}")
+    assert _open_blocks(browser) == []
+    severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
+
+
+def assert_blocks_fit(driver: Any) -> int:
+    """Opens every config and record block: each one's text wraps inside its cell, and
+    opening them widens no board (nothing pushed past its right edge). Returns how many
+    blocks were checked."""
+    script = "return Array.from(document.querySelectorAll('.scroll')).map(b => b.scrollWidth)"
+    closed = driver.execute_script(script)
+    boxes = driver.execute_script(
+        """
+        document.querySelectorAll('details').forEach(d => { d.open = true; });
+        return Array.from(document.querySelectorAll('details pre')).map(pre => {
+          const p = pre.getBoundingClientRect(), c = pre.closest('td').getBoundingClientRect();
+          return {id: pre.parentElement.id, pre: [p.left, p.right, pre.scrollWidth,
+                  pre.clientWidth], cell: [c.left, c.right]};
+        });
+        """
+    )
+    assert driver.execute_script(script) == closed
+    for box in boxes:
+        left, right, scroll, client = box["pre"]
+        assert scroll <= client + 1, box  # no line runs past the block's own edge
+        assert box["cell"][0] <= left and right <= box["cell"][1] + 1, box
+    return len(boxes)
+
+
+def test_open_blocks_wrap_inside_the_files_column(browser: Any, tmp_path: Path) -> None:
+    page = tmp_path / "index.html"
+    page.write_text(render_html(sample_items()), encoding="utf-8")
+    browser.get(page.as_uri())
+    assert assert_blocks_fit(browser) == 2 * len(sample_items())
+    if SHIPPED.is_file():
+        browser.get(SHIPPED.as_uri())
+        assert assert_blocks_fit(browser) >= 6
+        # the shipped board fits the screenshot's 1400 px: no part of it scrolled out of view
+        assert browser.execute_script(
+            "return Array.from(document.querySelectorAll('.scroll'))"
+            ".every(b => b.scrollWidth <= b.clientWidth)"
+        )
+        texts = browser.execute_script(
+            "return Array.from(document.querySelectorAll('details[id^=\"record-\"] pre'))"
+            ".map(p => p.textContent)"
+        )
+        assert all("mlflow_parent_run_id:" in t for t in texts)  # the text is all there
 
 
 def screenshot(page: Path, out: Path, profile: Path, width: int = 1400) -> bytes:

@@ -19,6 +19,7 @@ from suite.leaderboard.render import (
     board_rows,
     csp_hash,
     format_interval,
+    format_p,
     groups,
     json_for_script,
     md_text,
@@ -278,9 +279,9 @@ def test_unverified_entries_never_rank_first_and_ties_are_marked() -> None:
     assert rows["Ada"]["rank"] == "1" and rows["Ada"]["versus"] == "best"
     assert rows["Mallory"]["rank"] == "–" and rows["Mallory"]["status"] == "unverified"
     assert rows["Ada"]["status"] == "verified"
-    assert rows["Mallory"]["versus"].startswith("better (p=")  # better, but not ranked above
+    assert rows["Mallory"]["versus"].startswith("better (p")  # better, but not ranked above
     # the three sample entries differ by 0.01 AUC at the same seed spread: distinguishable
-    assert rows["Grace"]["versus"].startswith("worse (p=")
+    assert rows["Grace"]["versus"].startswith("worse (p")
     close = make_submission("Close", embedding="hash", auc=0.7395)
     items.append(Item(close.filename(), close, verified=True))
     criteo = groups(items)[1]
@@ -288,9 +289,39 @@ def test_unverified_entries_never_rank_first_and_ties_are_marked() -> None:
         item.sub.submitter: {c.key: cell.text for c, cell in row}
         for item, row in zip(criteo.items, board_rows(criteo), strict=True)
     }
-    assert rows["Close"]["versus"].startswith(("tie (p=", "undecided (needs n="))
+    assert rows["Close"]["versus"].startswith(("tie (p", "undecided (needs n="))
     table = gfm_tables(render_markdown(items))[1]
     top = dict(zip(table[0], table[1], strict=True))
     assert (top["\\#"], top["Submitter"], top["Status"]) == ("1", "Ada", "verified")
     last = dict(zip(table[0], table[-1], strict=True))
     assert (last["\\#"], last["Submitter"], last["Status"]) == ("–", "Mallory", "unverified")
+
+
+@pytest.mark.parametrize(
+    ("p", "text"),
+    [
+        (0.0, "p<0.001"),
+        (0.00099, "p<0.001"),
+        (0.001, "p=0.001"),
+        (0.0321, "p=0.032"),
+        (0.999, "p=0.999"),
+        (0.9996, "p>0.999"),
+        (float("nan"), "p n/a"),
+    ],
+)
+def test_p_values_read_as_relations(p: float, text: str) -> None:
+    assert format_p(p) == text
+
+
+def test_vs_first_column_never_writes_p_equals_less_than() -> None:
+    """The "vs #1" cells say ``worse (p<0.001)``, never ``p=<0.001``, in both renderings."""
+    fake = make_submission("Mallory", embedding="qr", auc=0.99)
+    items = [*sample_items(), Item(fake.filename(), fake)]
+    criteo = groups(items)[1]
+    texts = [dict((c.key, cell.text) for c, cell in row)["versus"] for row in board_rows(criteo)]
+    assert texts[0] == "best"
+    pattern = re.compile(r"^(worse|better) \(p(<0\.001|=0\.\d{3}|>0\.999)\)$")
+    assert all(pattern.match(t) for t in texts[1:]), texts
+    assert any("p<0.001" in t for t in texts), texts  # 0.01 AUC apart at the same spread
+    for page in (render_markdown(items), render_html(items)):
+        assert "p=&lt;" not in page and "p=<" not in page and "p&lt;0.001" in page

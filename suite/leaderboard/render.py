@@ -213,11 +213,11 @@ def versus_best(group: Group, item: Item) -> tuple[str, str]:
     found = compare_noise(estimate, noise, group.higher_is_better, margin)
     p = format_p(found.test.p)
     if found.label == "B better":
-        return f"worse (p={p})", "2"
+        return f"worse ({p})", "2"
     if found.label == "A better":
-        return f"better (p={p})", "2"
+        return f"better ({p})", "2"
     if found.label == "same within margin":
-        return f"tie (p={p}, within {margin:g})", "1"
+        return f"tie ({p}, within {margin:g})", "1"
     if found.label == "not measurable":
         return "–", "3"
     return found.label.replace("underpowered", "undecided"), "1"
@@ -228,7 +228,15 @@ def _by_seed(item: Item, metric: str) -> dict[int, float]:
 
 
 def format_p(p: float) -> str:
-    return f"{p:.3f}" if p >= 0.001 else "<0.001"
+    """A p-value with its relation: ``p=0.032``; ``p<0.001`` and ``p>0.999`` where three
+    decimals would round it to 0 or 1; ``p n/a`` for no value."""
+    if not math.isfinite(p):
+        return "p n/a"
+    if p < 0.001:
+        return "p<0.001"
+    if p > 0.999:
+        return "p>0.999"
+    return f"p={p:.3f}"
 
 
 # -- formatting ---------------------------------------------------------------------------
@@ -641,9 +649,8 @@ def _html_table(group: Group) -> list[str]:
                 )
             else:
                 body = esc(cell.text)
-            classes = " ".join(
-                c for c in ("num" if cell.numeric else "", "" if column.shown else "extra") if c
-            )
+            kinds = ("num" if cell.numeric else "", "" if column.shown else "extra")
+            classes = " ".join(c for c in (*kinds, "files" if column.key == "file" else "") if c)
             cls = f' class="{classes}"' if classes else ""
             out.append(f'<td{cls} data-sort="{esc(cell.sort)}">{body}</td>')
         out.append("</tr>")
@@ -820,7 +827,9 @@ svg .front { fill: none; stroke: var(--accent); stroke-width: 1.5; stroke-dashar
 svg .point { fill: var(--accent); fill-opacity: 0.8; }
 svg .errorbar { stroke: var(--accent); stroke-width: 1.2; }
 tr.stale td { color: var(--muted); }
-details pre { font-size: 12px; white-space: pre; text-align: left; }
+td.files { white-space: normal; width: 100%; min-width: 12rem; }
+details pre { font-size: 12px; text-align: left; white-space: pre-wrap;
+  overflow-wrap: anywhere; width: 0; min-width: 100%; margin: 0.4rem 0; }
 svg text { font: 11px system-ui, sans-serif; fill: var(--muted); }
 svg text.label { fill: var(--fg); }
 """
@@ -845,6 +854,37 @@ SCRIPT = """
       if (v >= units[i][1]) { return (v / units[i][1]).toFixed(1) + " " + units[i][0]; }
     }
     return v.toFixed(0) + " B";
+  }
+
+  function niceStep(span, count) {
+    // the 1, 2 or 5 x 10^k step that cuts span into about count intervals
+    var raw = span / count, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    var f = raw / mag;
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+  }
+
+  var BYTE_UNITS = [["B", 1], ["KiB", 1024], ["MiB", 1048576], ["GiB", 1073741824]];
+
+  function byteTicks(x0, x1) {
+    // the round sizes whose log10 lies in [x0, x1] (1, 2, 5, 10 ... 500 B, KiB, MiB, GiB;
+    // every integer mantissa where those give fewer than two; only 1, 10, 100 past eight)
+    var ticks = [];
+    [[1, 2, 5], [1, 2, 3, 4, 5, 6, 7, 8, 9]].some(function (mantissas) {
+      ticks = [];
+      BYTE_UNITS.forEach(function (unit) {
+        [1, 10, 100].forEach(function (decade) {
+          mantissas.forEach(function (m) {
+            var t = Math.log10(m * decade * unit[1]);
+            if (t >= x0 && t <= x1) { ticks.push({t: t, text: m * decade + " " + unit[0]}); }
+          });
+        });
+      });
+      return ticks.length >= 2;
+    });
+    if (ticks.length > 8) {
+      ticks = ticks.filter(function (k) { return /^10* /.test(k.text); });
+    }
+    return ticks;
   }
 
   function sortTable(table, index, th) {
@@ -915,28 +955,25 @@ SCRIPT = """
     var y0 = Math.min.apply(null, lows), y1 = Math.max.apply(null, highs);
     if (x1 - x0 < 0.2) { x0 -= 0.1; x1 += 0.1; }
     if (y1 - y0 < 1e-3) { y0 -= 5e-4; y1 += 5e-4; }
-    var padX = (x1 - x0) * 0.08, padY = (y1 - y0) * 0.12;
+    var padX = (x1 - x0) * 0.08, padY = (y1 - y0) * 0.05;
     x0 -= padX; x1 += padX; y0 -= padY; y1 += padY;
+    // round y ticks (1, 2 or 5 x 10^k apart), the axis widened to the ticks around the data
+    var step = niceStep(y1 - y0, 4);
+    var first = Math.floor(y0 / step), last = Math.ceil(y1 / step);
+    y0 = first * step; y1 = last * step;
+    var places = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
     function sx(v) { return L + (v - x0) / (x1 - x0) * (W - L - R); }
     function sy(v) { return H - B - (v - y0) / (y1 - y0) * (H - B - T); }
-    var ticks = [];
-    for (var e = Math.floor(x0); e <= Math.ceil(x1); e++) {
-      [1, 2, 5].forEach(function (m) {
-        var t = e + Math.log10(m);
-        if (t >= x0 && t <= x1) { ticks.push(t); }
-      });
-    }
-    if (ticks.length > 8) { ticks = ticks.filter(function (t) { return t % 1 === 0; }); }
-    if (ticks.length < 2) { ticks = [x0 + padX, x1 - padX]; }
-    ticks.forEach(function (t) {
-      svg.appendChild(node("line", {"class": "grid", x1: sx(t), y1: T, x2: sx(t), y2: H - B}));
-      svg.appendChild(node("text", {x: sx(t), y: H - B + 14, "text-anchor": "middle"},
-                           humanBytes(Math.pow(10, t))));
+    byteTicks(x0, x1).forEach(function (k) {
+      svg.appendChild(node("line", {"class": "grid", x1: sx(k.t), y1: T, x2: sx(k.t), y2: H - B}));
+      svg.appendChild(node("text", {"class": "tick x", x: sx(k.t), y: H - B + 14,
+                                    "text-anchor": "middle"}, k.text));
     });
-    for (var k = 0; k <= 4; k++) {
-      var v = y0 + (y1 - y0) * k / 4;
+    for (var k = first; k <= last; k++) {
+      var v = k * step;
       svg.appendChild(node("line", {"class": "grid", x1: L, y1: sy(v), x2: W - R, y2: sy(v)}));
-      svg.appendChild(node("text", {x: L - 6, y: sy(v) + 4, "text-anchor": "end"}, v.toFixed(4)));
+      svg.appendChild(node("text", {"class": "tick y", x: L - 6, y: sy(v) + 4,
+                                    "text-anchor": "end"}, v.toFixed(places)));
     }
     var sign = chart.higher_is_better ? 1 : -1;
     var byMemory = points.slice().sort(function (a, b) {
@@ -1015,5 +1052,24 @@ SCRIPT = """
     event.preventDefault();
   });
   applyFilters();
+
+  function openFromHash() {
+    // a link to #config-<entry> or #record-<entry> (the Markdown board's links) opens that
+    // block and scrolls to it, clearing the filters first if they hide its row
+    var id;
+    try { id = decodeURIComponent(window.location.hash.slice(1)); } catch (e) { return; }
+    var block = id ? document.getElementById(id) : null;
+    if (!block || block.tagName !== "DETAILS") { return; }
+    var row = block.closest("tr");
+    if (row && row.hidden) {
+      Object.keys(filters).forEach(function (key) { filters[key].value = ""; });
+      applyFilters();
+    }
+    block.open = true;
+    block.scrollIntoView({block: "start"});
+  }
+
+  window.addEventListener("hashchange", openFromHash);
+  openFromHash();
 })();
 """
