@@ -9,7 +9,9 @@ The HTML page is self-contained: inline CSS and JS, no external assets, and a
 Content-Security-Policy that allows only that inline script and style (by hash). Every
 string from a submission is escaped with ``html.escape``; the chart data sits in a
 ``<script type="application/json">`` block with ``<``, ``>``, ``&`` and U+2028/9 escaped,
-and the script builds the chart with ``createElementNS``/``textContent`` only.
+and the script builds the chart with ``createElementNS``/``textContent`` only. A link to
+``index.html#config-<entry>`` or ``#record-<entry>`` (the Markdown board's links) opens and
+shows that entry's block; open blocks wrap inside the Files column.
 """
 
 from __future__ import annotations
