@@ -59,6 +59,7 @@ from suite.embeddings.base import (
     EmbeddingMethod,
     EmbeddingOptions,
 )
+from suite.embeddings.budget import knob_hook
 from suite.embeddings.tables import ADAGRAD_EPS
 from suite.registry import EMBEDDINGS
 
@@ -340,3 +341,8 @@ class AdaEmbedEmbedding(EmbeddingMethod):
                 "rows_used": int(self.used),
             }
         )
+
+    # the row budget; the per-id index and importance it keeps for every id are its floor
+    options_at_budget = knob_hook(
+        "adaembed", lambda dim, b: {"dim": dim, "budget": b}, 1e-6, 1.0, what="budget"
+    )

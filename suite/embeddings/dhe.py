@@ -34,6 +34,7 @@ from suite.embeddings.base import (
     EmbeddingMethod,
     EmbeddingOptions,
 )
+from suite.embeddings.budget import knob_hook
 from suite.registry import EMBEDDINGS
 
 DHE_PRIME = 2_147_483_647
@@ -233,3 +234,16 @@ class DHEEmbedding(EmbeddingMethod):
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
         device = self.coefficients.device
         self.load_state_dict({k: v.to(device) for k, v in tensors.items()})
+
+    # the width w: k = 2w hashes and four hidden layers of 2w (the paper's equal widths,
+    # k of the order of d_NN). No table, so its bytes do not grow with the ids; its dense
+    # weights train under the dense optimizer, whose state (as for every dense layer) is
+    # not embedding memory
+    options_at_budget = knob_hook(
+        "dhe",
+        lambda dim, w: {"dim": dim, "k": 2 * int(w), "hidden": [2 * int(w)] * 4},
+        1,
+        1024,
+        integer=True,
+        what="k / 2",
+    )

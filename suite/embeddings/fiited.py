@@ -40,6 +40,7 @@ from suite.embeddings.base import (
     EmbeddingMethod,
     EmbeddingOptions,
 )
+from suite.embeddings.budget import budget_bytes, fit_knob
 from suite.embeddings.tables import ADAGRAD_EPS
 from suite.registry import EMBEDDINGS
 
@@ -542,3 +543,34 @@ class FiitedEmbedding(EmbeddingMethod):
             state[dst] = self.opt_state[src]
         self.keys, self.chunk_start = keys.to(self.key_dtype), start
         self.pool, self.utility, self.opt_state = pool, utility, state
+
+    @classmethod
+    def options_at_budget(cls, fraction: float, dim: int, cardinalities: list[int]) -> dict:
+        """The chunk budget whose bytes once pruned (:func:`fiited_bytes_bound`, row-wise
+        Adagrad) come closest to ``fraction`` of full's total bytes from below. FIITED's
+        own ``budget`` counts the pool alone; here the live rows' keys and accumulators,
+        the chunks' utilities and the sketch and ring count too."""
+        budget = budget_bytes(fraction, dim, cardinalities)
+
+        def bound(b: float) -> int:
+            return fiited_bytes_bound(cardinalities, FiitedOptions(dim=dim, budget=b))
+
+        chosen = fit_knob(bound, 1e-6, 1.0, budget, what="budget")
+        return {"dim": dim, "budget": chosen}
+
+
+def fiited_bytes_bound(cardinalities: list[int], options: FiitedOptions) -> int:
+    """Most total bytes FIITED holds once its schedule keeps ``C = round(budget x N x K)``
+    chunks, under row-wise Adagrad: the pool and utilities of ``C`` chunks, keys and
+    accumulators of at most ``min(N, C)`` live rows, and the fixed index, sketch and ring
+    (``N`` ids, ``K`` chunks a row). At ``budget`` 1 it is the bytes FIITED is built with."""
+    rows, k = sum(cardinalities), options.chunks
+    total_chunks = rows * k
+    key = 8 if total_chunks >= 2**31 else 4
+    kept = min(total_chunks, round(options.budget * total_chunks))
+    live_rows = min(rows, kept)
+    chunk_dim = options.dim // k
+    width = max(1, math.ceil(options.tracked * total_chunks / 2))
+    ring = max(1, math.ceil(options.tracked * total_chunks))
+    fixed = (k + 1) * 8 + len(cardinalities) * 8 + ring * key + 8 + 2 * width * 4 + 8
+    return kept * (chunk_dim + 1) * 4 + live_rows * (key + 4) + fixed

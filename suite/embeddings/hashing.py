@@ -22,6 +22,7 @@ from suite.embeddings.base import (
     IndexTransform,
     StackCombine,
 )
+from suite.embeddings.budget import knob_hook
 from suite.registry import EMBEDDINGS
 
 
@@ -123,3 +124,13 @@ class HashEmbedding(CountedComposedEmbedding):
             backend=options.backend,
         )
         self.options = options
+
+    # the hash ratio; features at or below the default threshold stay full (the floor)
+    options_at_budget = knob_hook(
+        "hash",
+        lambda dim, r: {"dim": dim, "ratio": r},
+        1.0,
+        lambda c: float(max(c)),
+        increasing=False,
+        what="ratio",
+    )

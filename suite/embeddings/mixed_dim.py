@@ -36,6 +36,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from suite.embeddings.base import FBGEMM_DIM_MULTIPLE, Combine, EmbeddingContext, EmbeddingOptions
+from suite.embeddings.budget import knob_hook
 from suite.embeddings.hashing import CountedComposedEmbedding, DivModTransform
 from suite.errors import ConfigError
 from suite.registry import EMBEDDINGS
@@ -267,3 +268,14 @@ class MixedDimEmbedding(CountedComposedEmbedding):
             "feature_dims": list(self.dims),
             "feature_backends": [backend_of[position[f]] for f in range(len(self.dims))],
         }
+
+    # the temperature alpha (popularity rows, as the reference); row-wise state keeps one
+    # float a row whatever its dim, and features at or below the threshold keep d0
+    options_at_budget = knob_hook(
+        "mixed_dim",
+        lambda dim, a: {"dim": dim, "alpha": a},
+        0.0,
+        4.0,
+        increasing=False,
+        what="alpha",
+    )

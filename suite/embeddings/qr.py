@@ -22,6 +22,7 @@ import torch
 from pydantic import Field, model_validator
 
 from suite.embeddings.base import Combine, EmbeddingContext, EmbeddingOptions
+from suite.embeddings.budget import knob_hook
 from suite.embeddings.hashing import CountedComposedEmbedding, DivModTransform
 from suite.registry import EMBEDDINGS
 
@@ -150,3 +151,15 @@ class QREmbedding(CountedComposedEmbedding):
             init_bounds=bounds,
         )
         self.options = options
+
+    # the collisions c (ids sharing a quotient row): bytes fall until c ~ sqrt(n), where
+    # the remainder tables (c rows) take over; small features stay full (the floor)
+    options_at_budget = knob_hook(
+        "qr",
+        lambda dim, c: {"dim": dim, "collisions": int(c)},
+        1,
+        lambda cards: math.isqrt(max(cards)) + 1,
+        increasing=False,
+        integer=True,
+        what="collisions",
+    )

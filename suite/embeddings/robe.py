@@ -32,6 +32,7 @@ from suite.embeddings.base import (
     EmbeddingMethod,
     EmbeddingOptions,
 )
+from suite.embeddings.budget import knob_hook
 from suite.embeddings.tables import ADAGRAD_EPS
 from suite.registry import EMBEDDINGS
 
@@ -208,3 +209,8 @@ class RobeEmbedding(EmbeddingMethod):
         self.opt_state.index_add_(0, runs, squares / lengths)
         scale = self.opt_state[runs].sqrt().add_(ADAGRAD_EPS)
         self.array.index_add_(0, unique, summed * -lr / scale[run_of])
+
+    # the array size |M| (array, its row-wise state and the hash coefficients)
+    options_at_budget = knob_hook(
+        "robe", lambda dim, m: {"dim": dim, "size": m}, 1e-6, 1.0, what="size"
+    )

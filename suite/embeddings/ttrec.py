@@ -46,6 +46,7 @@ from suite.embeddings.base import (
     EmbeddingMethod,
     EmbeddingOptions,
 )
+from suite.embeddings.budget import knob_hook
 from suite.embeddings.tables import ADAGRAD_EPS, PhysicalTables
 from suite.registry import EMBEDDINGS
 
@@ -374,3 +375,9 @@ class TTRecEmbedding(EmbeddingMethod):
 
     def checkpoint_row_ids(self, sparse: torch.Tensor) -> torch.Tensor:
         return sparse.index_select(1, self.full_index)
+
+    # the TT rank (cores and their states; features at or below the threshold keep a
+    # full table: the floor)
+    options_at_budget = knob_hook(
+        "ttrec", lambda dim, r: {"dim": dim, "rank": int(r)}, 1, 128, integer=True, what="rank"
+    )
