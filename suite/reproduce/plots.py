@@ -222,4 +222,7 @@ def draw_plots(reproduction: Reproduction, out_dir: Path) -> list[str]:
 
     matplotlib.use("Agg")
     out_dir.mkdir(parents=True, exist_ok=True)
+    from suite.reproduce.curve import draw_curves
+
+    draw_curves(reproduction, out_dir)  # shown in their spec's section, not under Plots
     return draw_auc_vs_bytes(reproduction, out_dir) + draw_scaling(reproduction, out_dir)

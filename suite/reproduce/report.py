@@ -466,6 +466,10 @@ def render_report(
         if outcome.fits:
             lines += [table([fit_row(f, outcome, fit) for f, fit in outcome.fits.items()]), ""]
         lines += [table([run_row(rid, outcome) for rid in outcome.runs]), ""]
+        if spec.curve is not None:  # methods x budgets (suite.reproduce.curve)
+            from suite.reproduce.curve import curve_section
+
+            lines += curve_section(outcome, reproduction.overrides)
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{Path(p).stem}]({p})" for p in plots]

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from suite.config import RunConfig, deep_merge, load_yaml, validate_config
+from suite.embeddings.budget import BudgetUnreachable
 from suite.errors import ConfigError, SuiteError
 from suite.presets import preset_path
 from suite.progress import progress_bar
@@ -36,7 +37,7 @@ from suite.reproduce.claims import (
     evaluate_scaling,
     noise_from_predictions,
 )
-from suite.reproduce.spec import Claim, ReproductionSpec, list_specs, load_spec
+from suite.reproduce.spec import BUDGET_KEY, Claim, ReproductionSpec, list_specs, load_spec
 from suite.reproduce.store import NoiseKey
 from suite.results import TaskResult, find_metric
 from suite.stats import Interval, ScalingFit, mean_ci
@@ -204,7 +205,12 @@ def run_config(
 
     data = deep_merge(data, tuned_overrides(spec, prof.like or profile, run_id))
     data = deep_merge(data, overrides)
-    return validate_config(data, f"reproduction {spec.paper}/{run_id} ({profile})")
+    what = f"reproduction {spec.paper}/{run_id} ({profile})"
+    if BUDGET_KEY in data:  # a curve run: its method's options at its budget, on its data
+        from suite.reproduce.curve import with_budget_options
+
+        data = with_budget_options(data, what)
+    return validate_config(data, what)
 
 
 def selected_claims(
@@ -229,6 +235,8 @@ def needed_runs(spec: ReproductionSpec, profile: str, claim_ids: list[str] | Non
     needed = {
         r for c in selected_claims(spec, profile, claim_ids) for r in claim_runs(spec, profile, c)
     }
+    if spec.curve is not None and not claim_ids:  # the curve's runs serve no claim
+        needed |= {spec.curve.reference, *spec.curve.run_ids()}
     return [r for r in spec.run_ids(profile) if r in needed]
 
 
@@ -251,7 +259,10 @@ def plan_runs(
     for spec in specs:
         claims = selected_claims(spec, profile, claim_ids)
         for run_id in needed_runs(spec, profile, claim_ids):
-            config = run_config(spec, profile, run_id, overrides)
+            try:
+                config = run_config(spec, profile, run_id, overrides)
+            except BudgetUnreachable:
+                continue  # off the curve at this budget; the report says why
             key = config.config_hash()
             entry = planned.setdefault(key, PlannedRun(config))
             entry.roles.append(f"{spec.paper}/{run_id}")

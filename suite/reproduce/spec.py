@@ -59,6 +59,14 @@ named ``<family>/<member>``; a member is a model-size preset name
   plan's balance): the report counts it apart from the empirical claims that training
   decides. ``origin: suite`` marks a target of this suite's own, not the paper's.
 
+**Curve** (optional): methods x budgets on one AUC-against-total-bytes curve
+(``suite.reproduce.curve``). Each method at each budget is an ``accuracy`` run named
+``<method>_at_<b>``, whose options the method's ``options_at_budget`` chooses at run time on
+the run's data, to hold at most ``1/b`` of the reference run's total embedding bytes; a
+method that cannot come down to a budget is left out there, with the reason::
+
+    curve: {reference: full, dim: 16, methods: [hash, qr, robe], budgets: [2, 4, 8, 16, 32, 64]}
+
 **like** (optional, per profile): ``regime: {like: standard}`` takes the standard profile's
 base, seeds, per-run extras and tuned values (not its tuning block or note); the profile's own
 fields replace them. The ``regime`` profile judges the empirical claims in every data regime
@@ -259,6 +267,39 @@ class Claim(Frozen):
         return out
 
 
+BUDGET_KEY = "budget"
+"""A curve run's fraction of the reference's bytes, in its run config until run time."""
+
+
+class Curve(Frozen):
+    """Every method at every budget (see the module docstring)."""
+
+    reference: str = Field("full", description="the run whose total bytes the budgets divide")
+    dim: int = Field(16, ge=1, description="embedding dim of every method on the curve")
+    methods: list[str] = Field(min_length=1, description="embedding methods on the curve")
+    budgets: list[int] = Field(
+        min_length=1, description="b: each method at 1/b of the reference's total bytes"
+    )
+
+    def run_id(self, method: str, budget: int) -> str:
+        return f"{method}_at_{budget}"
+
+    def run_ids(self) -> list[str]:
+        return [self.run_id(m, b) for m in self.methods for b in self.budgets]
+
+    def runs(self) -> dict[str, dict[str, Any]]:
+        """The curve's runs, each with its fraction under :data:`BUDGET_KEY`."""
+        return {
+            self.run_id(m, b): {
+                "embedding": {"name": m, "options": {"dim": self.dim}},
+                "task": {"name": "accuracy"},
+                BUDGET_KEY: 1.0 / b,
+            }
+            for m in self.methods
+            for b in self.budgets
+        }
+
+
 class ReproductionSpec(Frozen):
     """One paper's reproduction."""
 
@@ -269,6 +310,22 @@ class ReproductionSpec(Frozen):
     profiles: dict[str, Profile]
     runs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     claims: list[Claim]
+    curve: Curve | None = Field(None, description="methods x budgets (suite.reproduce.curve)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_curve(cls, data: Any) -> Any:
+        """A ``curve`` adds its runs (``<method>_at_<b>``) to ``runs``."""
+        if not isinstance(data, dict) or not isinstance(data.get("curve"), dict):
+            return data
+        curve = Curve.model_validate(data["curve"])
+        runs = dict(data.get("runs") or {})
+        clash = sorted(set(runs) & set(curve.run_ids()))
+        if clash:
+            raise ValueError(f"curve: runs {', '.join(clash)} are also declared under runs")
+        if curve.reference not in runs:
+            raise ValueError(f"curve: reference {curve.reference!r} is not a run")
+        return {**data, "runs": {**runs, **curve.runs()}}
 
     @model_validator(mode="before")
     @classmethod

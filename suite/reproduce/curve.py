@@ -1,0 +1,408 @@
+"""Every compression method at the same memory: AUC against total bytes, ranked per budget.
+
+A spec's ``curve`` (``suite.reproduce.spec``) runs each method at ``1/b`` of its reference
+run's total embedding bytes (``embedding_total_bytes``: parameters, index, utilities and
+sparse optimizer state), the options chosen by the method's own ``options_at_budget``
+(``suite.embeddings.budget``) on the run's data. The report's curve section has:
+
+- one plot per dataset: test AUC (mean, 95% CI) against total bytes, log x, a colour per
+  method (``suite.figures``), the reference as a dashed line;
+- a table per budget: mean test AUC [95% CI: seed spread plus the test set's shared DeLong
+  variance], rank, and how each method stands against the best at that budget by the
+  suite's decisions (``suite.decisions``) on the paired per-seed differences ``best - m``:
+  ``below the best`` when ``best - m > 0.001`` holds, ``equivalent to the best`` when
+  TOST puts ``|best - m| <= 0.001``, ``indistinguishable`` when neither does (both p's
+  Holm-adjusted over the dataset's table); the methods chosen and their bytes; the train
+  step cost against the reference's, ``reference samples/s / method samples/s`` per seed,
+  both measured in the same reproduction on the same machine;
+- a "which method when" paragraph generated from the table.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.config import deep_merge, validate_config
+from suite.decisions import ALPHA, Noise, decide, holm, noise_of, t_quantile
+from suite.embeddings.budget import BudgetUnreachable, options_at_budget
+from suite.reproduce.spec import BUDGET_KEY, Curve
+
+MARGIN = 0.001
+"""The field's practical AUC difference."""
+LINE = {"fmt": "-o", "capsize": 3, "markersize": 4, "lw": 1.4}
+"""How a method's line is drawn on the curve."""
+TestVariance = Callable[[str, str], tuple[float, int]]
+"""``(left, right) -> (shared test variance, test rows)`` of ``AUC(left) - AUC(right)``
+(``right == ""``: of ``AUC(left)``); ``(0, 0)`` where unknown."""
+
+
+def with_budget_options(data: dict[str, Any], what: str) -> dict[str, Any]:
+    """A curve run's config data with its method's options at its budget, chosen on the
+    cardinalities of its dataset (prepared now if need be). Raises
+    :class:`BudgetUnreachable` where the method cannot come down to the budget."""
+    from suite.data.source import get_prepared
+
+    rest = {k: v for k, v in data.items() if k != BUDGET_KEY}
+    config = validate_config(rest, what)
+    cards = tuple(get_prepared(config.dataset, progress=False).schema.cardinalities)
+    dim = int(config.embedding.typed_options().dim)
+    options = _options(config.embedding.name, float(data[BUDGET_KEY]), dim, cards)
+    return deep_merge(rest, {"embedding": {"options": options}})
+
+
+@functools.lru_cache(maxsize=256)
+def _options(name: str, fraction: float, dim: int, cards: tuple[int, ...]) -> dict[str, Any]:
+    return options_at_budget(name, fraction, dim, list(cards))
+
+
+# ------------------------------------------------------------------------------- ranking
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One method at one budget: its AUC and how it stands against the best there."""
+
+    method: str
+    budget: int
+    auc: float
+    low: float
+    high: float
+    rank: int = 0
+    verdict: str = ""
+    p_below: float = math.nan
+    p_equivalent: float = math.nan
+
+
+def auc_interval(values: list[float], test_var: float, rows: int) -> tuple[float, float, float]:
+    """Mean of per-seed ``values [n]`` and its 95% interval, the test set's shared
+    variance ``test_var`` added to the seed spread (``suite.decisions``)."""
+    noise = noise_of(values, test_var, rows)
+    mean = float(np.mean(values)) if values else math.nan
+    if noise.n < 2:
+        return mean, math.nan, math.nan
+    half = t_quantile(0.975, noise.dof()) * math.sqrt(noise.variance())
+    return mean, mean - half, mean + half
+
+
+def rank_budget(
+    budget: int, aucs: dict[str, dict[int, float]], test_var: TestVariance | None = None
+) -> list[Standing]:
+    """The methods at one budget, best first: ``aucs`` maps method -> seed -> test AUC.
+    The best (highest mean) is compared with each other method on the paired differences
+    over their common seeds; p's are raw here (:func:`rank_curve` Holm-adjusts them)."""
+    var = test_var or (lambda left, right: (0.0, 0))
+    rows = []
+    for method, per_seed in aucs.items():
+        mean, low, high = auc_interval(list(per_seed.values()), *var(method, ""))
+        rows.append(Standing(method, budget, mean, low, high))
+    rows.sort(key=lambda s: (-s.auc, s.method))
+    if not rows:
+        return rows
+    best = rows[0]
+    out = [replace(best, rank=1, verdict="best")]
+    for rank, row in enumerate(rows[1:], start=2):
+        seeds = sorted(set(aucs[best.method]) & set(aucs[row.method]))
+        diffs = [aucs[best.method][s] - aucs[row.method][s] for s in seeds]
+        shared, test_rows = var(best.method, row.method)
+        noise: Noise = noise_of(diffs, shared, test_rows)
+        estimate = float(np.mean(diffs)) if diffs else math.nan
+        below = decide(estimate, noise, "greater", MARGIN)
+        same = decide(estimate, noise, "within", MARGIN)
+        out.append(replace(row, rank=rank, p_below=below.p_holds, p_equivalent=same.p_holds))
+    return out
+
+
+def rank_curve(standings: list[list[Standing]]) -> list[list[Standing]]:
+    """Each budget's :func:`rank_budget` rows with verdicts, the p's Holm-adjusted over
+    the whole table (one family for ``below``, one for ``equivalent``)."""
+    flat = [s for rows in standings for s in rows if s.rank > 1]
+    below = iter(holm([s.p_below for s in flat]))
+    same = iter(holm([s.p_equivalent for s in flat]))
+    adjusted = {id(s): (next(below), next(same)) for s in flat}
+    out = []
+    for rows in standings:
+        ranked = []
+        for s in rows:
+            if s.rank == 1:
+                ranked.append(s)
+                continue
+            p_below, p_same = adjusted[id(s)]
+            if p_below < ALPHA:
+                verdict = "below the best"
+            elif p_same < ALPHA:
+                verdict = "equivalent to the best"
+            elif math.isnan(p_below):
+                verdict = "not measurable"
+            else:
+                verdict = "indistinguishable"
+            ranked.append(replace(s, verdict=verdict, p_below=p_below, p_equivalent=p_same))
+        out.append(ranked)
+    return out
+
+
+def ties_with_best(rows: list[Standing]) -> list[str]:
+    """The methods one cannot tell from the best at a budget (equivalent or undecided)."""
+    return [s.method for s in rows if s.verdict in ("equivalent to the best", "indistinguishable")]
+
+
+def which_method_when(
+    standings: list[list[Standing]], absent: dict[int, dict[str, str]], names: Callable[[str], str]
+) -> str:
+    """The "which method when" paragraph, generated from the ranked table: the best at
+    each budget and who ties with it, the methods absent where they cannot reach, and
+    how often each method is best or tied."""
+    parts, top = [], {}
+    for rows in standings:
+        if not rows:
+            continue
+        best, budget = rows[0], rows[0].budget
+        ties = ties_with_best(rows)
+        text = f"At 1/{budget} of full's bytes {names(best.method)} is best ({best.auc:.4f})"
+        text += (
+            f"; {_join([names(m) for m in ties])} cannot be told from it"
+            if ties
+            else "; every other method is below it by more than 0.001"
+        )
+        gone = absent.get(budget, {})
+        if gone:
+            text += f"; {_join([names(m) for m in sorted(gone)])} cannot reach it"
+        parts.append(text + ".")
+        for method in [best.method, *ties]:
+            top[method] = top.get(method, 0) + 1
+    if not parts:
+        return "No method has figures on the curve yet."
+    n = len([rows for rows in standings if rows])
+    counts = sorted(top.items(), key=lambda kv: (-kv[1], kv[0]))
+    summary = "Best or tied with the best: " + ", ".join(
+        f"{names(m)} at {k} of {n} budgets" for m, k in counts
+    )
+    return " ".join(parts) + " " + summary + "."
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# ------------------------------------------------------------------------------- report
+
+
+def _test_variance(outcome: Any) -> TestVariance:
+    """The DeLong shared variances of the outcome's runs, from their kept predictions."""
+    from suite.reproduce.claims import noise_from_predictions
+
+    runs, seeds = outcome.runs, None
+    for rec in runs.values():
+        seeds = sorted(rec.results)
+        break
+
+    def predictions(run: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        return runs[run].test_predictions(seed) if run in runs else None
+
+    lookup = noise_from_predictions(predictions, seeds or [])
+
+    def var(left: str, right: str) -> tuple[float, int]:
+        found = lookup(left, right, (seeds or [0])[0])
+        return (found.shared, found.rows) if found is not None else (0.0, 0)
+
+    return var
+
+
+def _chosen(config: Any) -> str:
+    """The options a budget chose (those that differ from the method's defaults)."""
+    from suite.registry import EMBEDDINGS
+
+    options = config.embedding.typed_options().model_dump()
+    defaults = EMBEDDINGS.get(config.embedding.name).Options().model_dump()
+    picked = {k: v for k, v in options.items() if k not in ("dim",) and defaults.get(k) != v}
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in picked.items()
+    )
+
+
+def _step_cost(rec: Any, reference: Any) -> str:
+    ratios = [
+        reference.results[s].metrics["train_samples_per_s"] / r.metrics["train_samples_per_s"]
+        for s, r in rec.results.items()
+        if s in reference.results and r.metrics.get("train_samples_per_s")
+    ]
+    if not ratios:
+        return "n/a"
+    from suite.stats import mean_ci
+
+    ci = mean_ci(ratios)
+    if math.isnan(ci.low):
+        return f"{ci.mean:.2f}x"
+    return f"{ci.mean:.2f}x [{ci.low:.2f}, {ci.high:.2f}]"
+
+
+@dataclass
+class CurveData:
+    """One spec's curve as measured: per dataset, standings and the absent points."""
+
+    curve: Curve
+    dataset: str
+    records: dict[tuple[str, int], Any]
+    absent: dict[int, dict[str, str]]
+    standings: list[list[Standing]]
+    reference: Any
+
+
+def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
+    """The curve of a :class:`~suite.reproduce.runner.PaperOutcome`, ranked."""
+    from suite.reproduce.runner import run_config
+
+    curve = outcome.spec.curve
+    if curve is None or curve.reference not in outcome.runs:
+        return None
+    records, absent = {}, {}
+    for method in curve.methods:
+        for budget in curve.budgets:
+            run_id = curve.run_id(method, budget)
+            if run_id in outcome.runs and outcome.runs[run_id].results:
+                records[(method, budget)] = outcome.runs[run_id]
+                continue
+            try:
+                run_config(outcome.spec, outcome.profile, run_id, overrides)
+                reason = "not run"
+            except BudgetUnreachable as exc:
+                reason = str(exc).split(": ", 1)[-1]
+            absent.setdefault(budget, {})[method] = reason
+    var = _test_variance(outcome)
+    per_budget = []
+    for budget in curve.budgets:
+        aucs = {
+            m: {s: r.metrics["test_auc"] for s, r in records[(m, budget)].results.items()}
+            for m in curve.methods
+            if (m, budget) in records
+        }
+
+        def run_var(left: str, right: str, budget: int = budget) -> tuple[float, int]:
+            return var(curve.run_id(left, budget), curve.run_id(right, budget) if right else "")
+
+        per_budget.append(rank_budget(budget, aucs, run_var))
+    reference = outcome.runs[curve.reference]
+    return CurveData(
+        curve, reference.config.dataset.name, records, absent, rank_curve(per_budget), reference
+    )
+
+
+def curve_figure(data: CurveData):  # noqa: ANN201
+    """Test AUC (mean, 95% CI) against total embedding bytes (MiB, log), a line per
+    method, the reference dashed. Returns the Figure."""
+    from suite.figures import MIB, color, label
+    from suite.reproduce.plots import _figure, _plain_log_ticks
+
+    fig, ax = _figure()
+    by_method: dict[str, list[Standing]] = {}
+    for rows in data.standings:
+        for s in rows:
+            by_method.setdefault(s.method, []).append(s)
+    for method in data.curve.methods:
+        points = sorted(by_method.get(method, []), key=lambda s: -s.budget)
+        if not points:
+            continue
+        x = [
+            data.records[(method, s.budget)].metrics["embedding_total_bytes"] / MIB for s in points
+        ]
+        y = [s.auc for s in points]
+        err = [0.0 if math.isnan(s.low) else (s.high - s.low) / 2 for s in points]
+        ax.errorbar(x, y, yerr=err, color=color(method), label=label(method), **LINE)
+    ref = data.reference
+    ax.axhline(
+        ref.metrics.get("test_auc", math.nan),
+        color=color(data.curve.reference),
+        ls="--",
+        lw=1,
+        label=f"{label(data.curve.reference)} (all bytes)",
+    )
+    ax.set_xscale("log")
+    _plain_log_ticks(ax)
+    ax.set_xlabel("total embedding bytes incl. optimizer state (MiB, log scale)")
+    ax.set_ylabel("test AUC (mean and 95% CI)")
+    ax.set_title(f"Compression methods at equal memory ({data.dataset})")
+    ax.legend(fontsize=7, loc="best", title="method", title_fontsize=7)
+    return fig
+
+
+def curve_plot_name(paper: str, dataset: str) -> str:
+    return f"curve_{paper}_{dataset}"
+
+
+def draw_curves(reproduction: Any, out_dir: Path) -> list[str]:
+    """Write each spec's curve plot under ``out_dir``; return the PNG names."""
+    from suite.figures import save_figure
+
+    names = []
+    for outcome in reproduction.papers:
+        data = curve_data(outcome, reproduction.overrides)
+        if data is None or not any(data.standings):
+            continue
+        fig = curve_figure(data)
+        path = out_dir / curve_plot_name(outcome.spec.paper, data.dataset)
+        names.append(save_figure(fig, path)[0].name)
+    return names
+
+
+def curve_section(outcome: Any, overrides: dict[str, Any]) -> list[str]:
+    """The report's lines for a spec's curve: plot, ranking table, absences, summary."""
+    from suite.figures import label
+    from suite.reproduce.report import table
+
+    data = curve_data(outcome, overrides)
+    if data is None:
+        return []
+    full_bytes = data.reference.metrics.get("embedding_total_bytes", math.nan)
+    lines = [
+        f"### AUC against total bytes ({data.dataset})",
+        "",
+        f"![curve]({curve_plot_name(outcome.spec.paper, data.dataset)}.png)",
+        "",
+        f"Budgets 1/b of `{data.curve.reference}`'s total embedding bytes "
+        f"({full_bytes:,.0f}); each method's options chosen by its own `options_at_budget`. "
+        "vs best: `below the best` when best - method > 0.001 holds, `equivalent to the "
+        "best` when TOST puts the difference within +-0.001, `indistinguishable` when "
+        "neither test decides (seed spread plus the test set's DeLong variance; both p's "
+        "Holm-adjusted over this table). Step cost: reference train samples/s over the "
+        "method's, per seed, in this reproduction on this machine [95% CI].",
+        "",
+    ]
+    rows = []
+    for ranked in data.standings:
+        for s in ranked:
+            rec = data.records[(s.method, s.budget)]
+            total = rec.metrics.get("embedding_total_bytes", math.nan)
+            ci = "" if math.isnan(s.low) else f" [{s.low:.4f}, {s.high:.4f}]"
+            rows.append(
+                {
+                    "budget": f"1/{s.budget}",
+                    "method": label(s.method),
+                    "options": _chosen(rec.config),
+                    "total bytes (of full)": f"{total:,.0f} ({total / full_bytes:.3f})",
+                    "test AUC [95% CI]": f"{s.auc:.4f}{ci}",
+                    "rank": str(s.rank),
+                    "vs best (Holm p: > 0.001 below, TOST)": s.verdict
+                    + ("" if s.rank == 1 else f" ({s.p_below:.2g}, {s.p_equivalent:.2g})"),
+                    "step cost vs full": _step_cost(rec, data.reference),
+                }
+            )
+    if rows:
+        lines += [table(rows), ""]
+    gone = [
+        f"`{m}` at 1/{b}: {why}"
+        for b, methods in sorted(data.absent.items())
+        for m, why in sorted(methods.items())
+    ]
+    if gone:
+        lines += ["Absent from the curve: " + "; ".join(gone) + ".", ""]
+    lines += [
+        "**Which method when.** " + which_method_when(data.standings, data.absent, label),
+        "",
+    ]
+    return lines

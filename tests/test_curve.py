@@ -1,0 +1,132 @@
+"""The compression curve: methods x budgets expanded into runs (distinct configs, the same
+seeds, options chosen on the run's data, unreachable points left out), the ranking per
+budget by the suite's decisions, and the generated "which method when" summary."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from suite.embeddings.budget import built_bytes, full_bytes
+from suite.reproduce.curve import rank_budget, rank_curve, ties_with_best, which_method_when
+from suite.reproduce.runner import needed_runs, plan_jobs, plan_runs
+from suite.reproduce.spec import ReproductionSpec, load_spec
+
+DATA = {"train_rows": 2000, "val_rows": 500, "test_rows": 500}
+
+
+def small_spec() -> ReproductionSpec:
+    return ReproductionSpec.model_validate(
+        {
+            "paper": "curve_test",
+            "title": "t",
+            "profiles": {
+                "quick": {
+                    "base": {"dataset": {"name": "criteo-synth", "options": DATA}},
+                    "seeds": [0, 1, 2, 3, 4],
+                }
+            },
+            "curve": {"methods": ["hash", "alpt"], "budgets": [2, 8]},
+            "runs": {"full": {"embedding": {"name": "full"}, "task": {"name": "accuracy"}}},
+            "claims": [
+                {
+                    "id": "c",
+                    "text": "t",
+                    "kind": "at_most",
+                    "left": "full.embedding_total_bytes",
+                    "right": 1e12,
+                    "basis": "structural",
+                }
+            ],
+        }
+    )
+
+
+def test_the_shipped_spec_expands_every_method_at_every_budget() -> None:
+    spec = load_spec("compression")
+    assert spec.curve is not None and len(spec.curve.budgets) >= 5
+    assert min(spec.curve.budgets) == 2 and max(spec.curve.budgets) == 64
+    ids = spec.curve.run_ids()
+    assert len(ids) == len(set(ids)) == len(spec.curve.methods) * len(spec.curve.budgets)
+    for profile in ("quick", "standard"):
+        assert set(ids) | {"full"} <= set(needed_runs(spec, profile, None))
+    tuning = spec.profiles["standard"].tuning
+    assert tuning is not None
+    for method in spec.curve.methods:  # one study per method, at the same budget
+        assert f"{method}_at_4" in tuning.runs
+        for b in spec.curve.budgets:
+            assert b == 4 or tuning.share[f"{method}_at_{b}"] == f"{method}_at_4"
+
+
+def test_curve_runs_get_their_options_on_the_data_and_share_the_seeds() -> None:
+    spec = small_spec()
+    planned, where = plan_runs([spec], "quick", None, {})
+    # alpt's smallest width (2 bits) holds 16 of full's 68 bytes a row: not 1/8
+    assert ("curve_test", "alpt_at_8") not in where
+    assert {r for _, r in where} == {"full", "hash_at_2", "hash_at_8", "alpt_at_2"}
+    assert len(set(where.values())) == 4  # distinct configs
+    configs = {r: planned[k].config for (_, r), k in where.items()}
+    assert configs["alpt_at_2"].embedding.typed_options().bits == 8
+    from suite.data.source import get_prepared
+
+    cards = get_prepared(configs["full"].dataset, progress=False).schema.cardinalities
+    full = full_bytes(16, cards)
+    for run, fraction in (("hash_at_2", 1 / 2), ("hash_at_8", 1 / 8)):
+        options = configs[run].embedding.typed_options().model_dump()
+        real = built_bytes("hash", options, cards)
+        assert 0.99 * fraction * full <= real <= fraction * full
+    jobs = plan_jobs(planned, [0, 1, 2, 3, 4], "quick")
+    seeds = {}
+    for job in jobs:
+        seeds.setdefault(job.key, []).append(job.seed)
+    assert all(s == [0, 1, 2, 3, 4] for s in seeds.values())
+
+
+def planted(mean: float, rng: np.random.Generator, n: int = 10) -> dict[int, float]:
+    return {s: mean + float(v) for s, v in enumerate(rng.normal(0, 0.0002, n))}
+
+
+def test_ranking_says_who_is_below_equivalent_or_indistinguishable() -> None:
+    rng = np.random.default_rng(0)
+    base = planted(0.80, rng)
+    aucs = {
+        "hash": base,
+        "robe": {s: v - 0.0001 for s, v in base.items()},  # same within 0.001, tightly
+        "qr": {s: v - 0.01 for s, v in base.items()},  # far below
+        "dhe": {s: v - 0.001 + (0.004 if s % 2 else -0.004) for s, v in base.items()},  # noisy
+    }
+    (rows,) = rank_curve([rank_budget(4, aucs)])
+    assert [s.method for s in rows] == ["hash", "robe", "dhe", "qr"]
+    assert [s.rank for s in rows] == [1, 2, 3, 4]
+    verdicts = {s.method: s.verdict for s in rows}
+    assert verdicts == {
+        "hash": "best",
+        "robe": "equivalent to the best",
+        "dhe": "indistinguishable",
+        "qr": "below the best",
+    }
+    assert ties_with_best(rows) == ["robe", "dhe"]
+    assert all(r.low < r.auc < r.high for r in rows)
+
+
+def test_holm_adjusts_over_the_whole_table() -> None:
+    rng = np.random.default_rng(1)
+    base = planted(0.80, rng)
+    aucs = {"a": base, "b": {s: v - 0.0015 + rng.normal(0, 0.0006) for s, v in base.items()}}
+    raw = rank_budget(2, aucs)[1].p_below
+    table = rank_curve([rank_budget(b, aucs) for b in (2, 4, 8)])
+    assert all(rows[1].p_below == min(1.0, 3 * raw) for rows in table)
+
+
+def test_which_method_when_is_generated_from_the_table() -> None:
+    rng = np.random.default_rng(2)
+    base = planted(0.80, rng)
+    at2 = {"hash": base, "robe": {s: v - 0.01 for s, v in base.items()}}
+    at8 = {"robe": base, "hash": {s: v - 0.0001 for s, v in base.items()}}
+    table = rank_curve([rank_budget(2, at2), rank_budget(8, at8)])
+    text = which_method_when(table, {8: {"alpt": "too big"}}, str.upper)
+    assert text == (
+        "At 1/2 of full's bytes HASH is best (0.8000); every other method is below it by "
+        "more than 0.001. At 1/8 of full's bytes ROBE is best (0.8000); HASH cannot be told "
+        "from it; ALPT cannot reach it. Best or tied with the best: HASH at 2 of 2 budgets, "
+        "ROBE at 1 of 2 budgets."
+    )
