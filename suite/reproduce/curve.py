@@ -314,13 +314,16 @@ def curve_figure(data: CurveData):  # noqa: ANN201
         y = [s.auc for s in points]
         err = [0.0 if math.isnan(s.low) else (s.high - s.low) / 2 for s in points]
         ax.errorbar(x, y, yerr=err, color=color(method), label=label(method), **LINE)
-    ref = data.reference
-    ax.axhline(
-        ref.metrics.get("test_auc", math.nan),
-        color=color(data.curve.reference),
-        ls="--",
-        lw=1,
-        label=f"{label(data.curve.reference)} (all bytes)",
+    ref, name = data.reference, data.curve.reference
+    auc = ref.interval("test_auc")
+    ax.axhline(auc.mean, color=color(name), ls="--", lw=1)
+    ax.errorbar(
+        [ref.metrics.get("embedding_total_bytes", math.nan) / MIB],
+        [auc.mean],
+        yerr=[0.0 if math.isnan(auc.low) else auc.half_width],
+        color=color(name),
+        label=f"{label(name)} (all bytes)",
+        **LINE,
     )
     ax.set_xscale("log")
     _plain_log_ticks(ax)
