@@ -473,14 +473,17 @@ def end_parent(parent: Any, exc: BaseException) -> None:
 
 
 def stored_results(
-    jobs: list[Job], report_dir: Path | None
+    jobs: list[Job], report_dir: Path | None, resume: bool = True
 ) -> tuple[dict[tuple[str, int], TaskResult], list[Job]]:
     """The jobs' stored results (by config hash and seed), and the jobs still to run.
 
-    A stored result that had test logits is reused only while they are still here or the
-    test-set noise it takes part in is stored: the logits are not committed (a 1M-row test
-    set is 4 MB a job), so a job resumed on another machine before its pairs' noise was
-    judged trains again (bit for bit the same figures) to give DeLong its predictions."""
+    When resuming (``resume``), a stored result that had test logits is reused only while
+    they are still here or the test-set noise it takes part in is stored: the logits are
+    not committed (a 1M-row test set is 4 MB a job), so a job resumed on another machine
+    before its pairs' noise was judged trains again (bit for bit the same figures on the
+    same CPU model) to give DeLong its predictions. Regenerating a report (``resume``
+    false) takes every stored result; a pair whose noise was never judged is then
+    reported with its test-set noise left out, as the run that stored it did."""
     from suite.reproduce.store import LOGITS_DIGEST, predictions, read_noise, read_result
 
     found: dict[tuple[str, int], TaskResult] = {}
@@ -492,7 +495,8 @@ def stored_results(
             if result is None:
                 continue
             had_logits = LOGITS_DIGEST in result.details
-            if had_logits and predictions(result) is None and (job.key, job.seed) not in judged:
+            unjudged = (job.key, job.seed) not in judged
+            if resume and had_logits and unjudged and predictions(result) is None:
                 continue
             found[(job.key, job.seed)] = result
     return found, [j for j in jobs if (j.key, j.seed) not in found]
@@ -580,7 +584,7 @@ def _regenerate(
     """The reproduction judged on the stored results under ``directory``, training none."""
     from suite.reproduce import store
 
-    found, missing = stored_results(jobs, Path(directory))
+    found, missing = stored_results(jobs, Path(directory), resume=False)
     if missing:
         first = missing[0]
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
