@@ -262,8 +262,9 @@ def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
     if curve is None or curve.reference not in outcome.runs:
         return None
     records, absent = {}, {}
+    budgets = outcome.spec.profiles[outcome.profile].budgets or curve.budgets
     for method in curve.methods:
-        for budget in curve.budgets:
+        for budget in budgets:
             run_id = curve.run_id(method, budget)
             if run_id in outcome.runs and outcome.runs[run_id].results:
                 records[(method, budget)] = outcome.runs[run_id]
@@ -276,7 +277,7 @@ def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
             absent.setdefault(budget, {})[method] = reason
     var = _test_variance(outcome)
     per_budget = []
-    for budget in curve.budgets:
+    for budget in budgets:
         aucs = {
             m: {s: r.metrics["test_auc"] for s, r in records[(m, budget)].results.items()}
             for m in curve.methods

@@ -236,7 +236,8 @@ def needed_runs(spec: ReproductionSpec, profile: str, claim_ids: list[str] | Non
         r for c in selected_claims(spec, profile, claim_ids) for r in claim_runs(spec, profile, c)
     }
     if spec.curve is not None and not claim_ids:  # the curve's runs serve no claim
-        needed |= {spec.curve.reference, *spec.curve.run_ids()}
+        budgets = spec.profiles[profile].budgets
+        needed |= {spec.curve.reference, *spec.curve.run_ids(budgets)}
     return [r for r in spec.run_ids(profile) if r in needed]
 
 

@@ -67,6 +67,8 @@ method that cannot come down to a budget is left out there, with the reason::
 
     curve: {reference: full, dim: 16, methods: [hash, qr, robe], budgets: [2, 4, 8, 16, 32, 64]}
 
+A profile's ``budgets: [4, 16]`` runs only those points of the curve (a cheaper ``quick``).
+
 **like** (optional, per profile): ``regime: {like: standard}`` takes the standard profile's
 base, seeds, per-run extras and tuned values (not its tuning block or note); the profile's own
 fields replace them. The ``regime`` profile judges the empirical claims in every data regime
@@ -133,6 +135,9 @@ class Profile(Frozen):
     )
     tuning: Tuning | None = Field(
         None, description="one study per tuned run, same budget (see suite.reproduce.tuning)"
+    )
+    budgets: list[int] | None = Field(
+        None, description="the spec's curve at these of its budgets only (default all)"
     )
     like: str | None = Field(
         None,
@@ -284,8 +289,9 @@ class Curve(Frozen):
     def run_id(self, method: str, budget: int) -> str:
         return f"{method}_at_{budget}"
 
-    def run_ids(self) -> list[str]:
-        return [self.run_id(m, b) for m in self.methods for b in self.budgets]
+    def run_ids(self, budgets: list[int] | None = None) -> list[str]:
+        """The runs of every method at ``budgets`` (default all of the curve's)."""
+        return [self.run_id(m, b) for m in self.methods for b in budgets or self.budgets]
 
     def runs(self) -> dict[str, dict[str, Any]]:
         """The curve's runs, each with its fraction under :data:`BUDGET_KEY`."""
@@ -382,6 +388,9 @@ class ReproductionSpec(Frozen):
                     raise ValueError(f"profile {name}: family {family!r} has no members")
             if profile.tuning is not None:
                 profile.tuning.check(self, name)
+            extra = set(profile.budgets or []) - set(self.curve.budgets if self.curve else [])
+            if extra:
+                raise ValueError(f"profile {name}: budgets {sorted(extra)} are not the curve's")
         return self
 
     def run_ids(self, profile: str) -> list[str]:
