@@ -58,7 +58,7 @@ def test_alpt_takes_the_widest_bits_that_fit() -> None:
     assert options_at_budget("alpt", 1 / 2, DIM, CARDS)["bits"] == 8
     assert options_at_budget("alpt", 1 / 4, DIM, CARDS)["bits"] == 2
     assert built_bytes("alpt", {"dim": DIM, "bits": 4}, CARDS) > full / 4
-    with pytest.raises(BudgetUnreachable, match="bits 2"):
+    with pytest.raises(BudgetUnreachable, match="bits=2"):
         options_at_budget("alpt", 1 / 8, DIM, CARDS)
 
 
@@ -80,3 +80,23 @@ def test_fiited_bound_is_exact_when_built_and_holds_once_pruned() -> None:
 def test_a_method_without_a_budget_hook_is_refused() -> None:
     with pytest.raises(Exception, match="takes no budget"):
         options_at_budget("full", 0.5, DIM, CARDS)
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
+def test_budgets_count_the_runs_own_sparse_optimizer(optimizer: str) -> None:
+    full = full_bytes(DIM, CARDS, optimizer)
+    assert full != full_bytes(DIM, CARDS)  # row-wise state is one float a row
+    for name in ("hash", "robe"):
+        options = options_at_budget(name, 1 / 4, DIM, CARDS, optimizer)
+        real = built_bytes(name, options, CARDS, optimizer)
+        assert 0.99 * full / 4 <= real <= full / 4, name
+    built = FiitedOptions(dim=DIM, budget=1.0)
+    assert fiited_bytes_bound(CARDS, built, optimizer) == built_bytes(
+        "fiited", {"dim": DIM}, CARDS, optimizer
+    )
+    if optimizer == "adagrad":  # a float of state per value, as full's: never 1/2
+        with pytest.raises(BudgetUnreachable, match="bits=2"):
+            options_at_budget("alpt", 1 / 2, DIM, CARDS, optimizer)
+    else:
+        alpt = options_at_budget("alpt", 1 / 2, DIM, CARDS, optimizer)
+        assert built_bytes("alpt", alpt, CARDS, optimizer) <= full / 2

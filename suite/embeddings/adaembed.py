@@ -343,6 +343,4 @@ class AdaEmbedEmbedding(EmbeddingMethod):
         )
 
     # the row budget; the per-id index and importance it keeps for every id are its floor
-    options_at_budget = knob_hook(
-        "adaembed", lambda dim, b: {"dim": dim, "budget": b}, 1e-6, 1.0, what="budget"
-    )
+    options_at_budget = knob_hook("adaembed", lambda dim, b: {"dim": dim, "budget": b}, 1e-6, 1.0)

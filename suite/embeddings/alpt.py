@@ -61,7 +61,7 @@ from suite.embeddings.base import (
     EmbeddingMethod,
     EmbeddingOptions,
 )
-from suite.embeddings.budget import BudgetUnreachable, budget_bytes, built_bytes
+from suite.embeddings.budget import knob_hook
 from suite.embeddings.tables import ADAGRAD_EPS
 from suite.registry import EMBEDDINGS
 
@@ -333,18 +333,13 @@ class ALPTEmbedding(EmbeddingMethod):
             codes = round_half_up(scaled)
         self.codes[rows] = pack_codes(codes, self.bits)
 
-    @classmethod
-    def options_at_budget(cls, fraction: float, dim: int, cardinalities: list[int]) -> dict:
-        """The widest bit width (8, 4, 2) whose total bytes fit ``fraction`` of full's.
-        ALPT's bytes are fixed ratios of full's (at dim 16 with row-wise state: 8 bits
-        28/68, 4 bits 20/68, 2 bits 16/68 of each row), so it sits on the curve only at
-        the budgets these reach, below the budget by what the next width would cost."""
-        budget = budget_bytes(fraction, dim, cardinalities)
-        for bits in (8, 4, 2):
-            options = {"dim": dim, "bits": bits}
-            if built_bytes("alpt", options, cardinalities) <= budget:
-                return options
-        raise BudgetUnreachable(
-            f"holds {built_bytes('alpt', options, cardinalities):,} bytes at its smallest "
-            f"setting (bits 2), over the budget of {budget:,}"
-        )
+    # the widest bit width (2, 4, 8) that fits: ALPT's bytes are fixed ratios of full's
+    # (at dim 16 with row-wise state: 8 bits 28/68, 4 bits 20/68, 2 bits 16/68 of each
+    # row), so it sits on the curve only at the budgets these reach
+    options_at_budget = knob_hook(
+        "alpt", lambda dim, i: {"dim": dim, "bits": WIDTHS[int(i)]}, 0, 2, integer=True
+    )
+
+
+WIDTHS = (2, 4, 8)
+"""ALPT's bit widths, fewest bytes first (its budget knob)."""

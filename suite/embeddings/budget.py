@@ -3,7 +3,7 @@
 A budget is a fraction of the ``full`` tables' **total** embedding bytes at the same dim,
 as the accuracy task reports them (``embedding_total_bytes``: parameters, index and
 utilities, and the sparse optimizer's state). Each compressed method chooses its own knob
-in its own file, as a classmethod ``options_at_budget(fraction, dim, cardinalities)``
+in its own file, as a classmethod ``options_at_budget(fraction, dim, cardinalities, optimizer)``
 returning the options (a dict) whose total bytes come as close as the knob allows to,
 and never above, the budget; it raises :class:`BudgetUnreachable` (with the reason) where
 even its smallest setting holds more.
@@ -15,6 +15,7 @@ tensors of a method built here on the CPU (:func:`built_bytes`) and the knob is 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,16 +47,23 @@ def built_bytes(
     return cls(cls.Options.model_validate(options), context).memory().total
 
 
-def full_bytes(dim: int, cardinalities: Sequence[int]) -> int:
-    """``full``'s total bytes at ``dim``: the budget's unit."""
-    return built_bytes("full", {"dim": dim}, cardinalities)
+def full_bytes(
+    dim: int, cardinalities: Sequence[int], optimizer: SparseOptimizer = "rowwise_adagrad"
+) -> int:
+    """``full``'s total bytes at ``dim`` under ``optimizer``: the budget's unit."""
+    return built_bytes("full", {"dim": dim}, cardinalities, optimizer)
 
 
-def budget_bytes(fraction: float, dim: int, cardinalities: Sequence[int]) -> int:
+def budget_bytes(
+    fraction: float,
+    dim: int,
+    cardinalities: Sequence[int],
+    optimizer: SparseOptimizer = "rowwise_adagrad",
+) -> int:
     """The bytes a method may hold at ``fraction`` of full (rounded down)."""
     if not 0 < fraction <= 1:
         raise ConfigError(f"budget: a fraction of full's bytes in (0, 1], got {fraction}")
-    return math.floor(fraction * full_bytes(dim, cardinalities))
+    return math.floor(fraction * full_bytes(dim, cardinalities, optimizer))
 
 
 def fit_knob(
@@ -66,7 +74,6 @@ def fit_knob(
     *,
     increasing: bool = True,
     integer: bool = False,
-    what: str = "knob",
     steps: int = 24,
 ) -> float:
     """The value of a knob in ``[low, high]`` whose bytes come closest to ``budget`` from
@@ -77,8 +84,8 @@ def fit_knob(
     fewest = bytes_of(small)
     if fewest > budget:
         raise BudgetUnreachable(
-            f"holds {fewest:,} bytes at its smallest setting ({what} {small:g}), over the "
-            f"budget of {budget:,}"
+            f"holds {fewest:,} bytes at its smallest setting ({small:g}), over the budget "
+            f"of {budget:,}"
         )
     if bytes_of(big) <= budget:
         return big
@@ -107,21 +114,33 @@ def fit_options(
     *,
     increasing: bool = True,
     integer: bool = False,
-    what: str = "knob",
+    optimizer: SparseOptimizer = "rowwise_adagrad",
+    bytes_of: BytesOf | None = None,
 ) -> dict[str, Any]:
-    """``make(value)``: method ``name``'s options at the knob value whose built bytes
-    (:func:`built_bytes`) come closest to ``fraction`` of full's from below
-    (:func:`fit_knob` over ``[low, high]``)."""
-    budget = budget_bytes(fraction, dim, cardinalities)
+    """``make(value)``: method ``name``'s options at the knob value whose bytes
+    (``bytes_of``, by default :func:`built_bytes`) come closest to ``fraction`` of full's
+    from below (:func:`fit_knob` over ``[low, high]``)."""
+    budget = budget_bytes(fraction, dim, cardinalities, optimizer)
+    measure = bytes_of or functools.partial(built_bytes, name)
 
     def total(value: float) -> int:
-        return built_bytes(name, make(value), cardinalities)
+        return measure(make(value), cardinalities, optimizer)
 
-    value = fit_knob(total, low, high, budget, increasing=increasing, integer=integer, what=what)
+    try:
+        value = fit_knob(total, low, high, budget, increasing=increasing, integer=integer)
+    except BudgetUnreachable:
+        smallest = make(low if increasing else high)
+        shown = ", ".join(f"{k}={v}" for k, v in smallest.items() if k != "dim")
+        raise BudgetUnreachable(
+            f"holds {total(low if increasing else high):,} bytes at its smallest setting "
+            f"({shown}), over the budget of {budget:,}"
+        ) from None
     return make(value)
 
 
 Bound = float | Callable[[list[int]], float]
+BytesOf = Callable[[dict[str, Any], Sequence[int], SparseOptimizer], int]
+"""``(options, cardinalities, optimizer) -> total bytes`` of a method."""
 
 
 def knob_hook(
@@ -132,13 +151,20 @@ def knob_hook(
     *,
     increasing: bool = True,
     integer: bool = False,
-    what: str = "knob",
+    bytes_of: BytesOf | None = None,
 ) -> Any:
-    """A method's ``options_at_budget`` classmethod for one monotone knob: ``make(dim,
-    value)`` gives the options, ``low``/``high`` bound the knob (a number, or a function of
-    the cardinalities), fitted by :func:`fit_options`."""
+    """A method's ``options_at_budget(fraction, dim, cardinalities, optimizer)``
+    classmethod for one monotone knob: ``make(dim, value)`` gives the options,
+    ``low``/``high`` bound the knob (a number, or a function of the cardinalities),
+    fitted by :func:`fit_options` (``bytes_of``: see there)."""
 
-    def hook(cls: type, fraction: float, dim: int, cardinalities: list[int]) -> dict[str, Any]:
+    def hook(
+        cls: type,
+        fraction: float,
+        dim: int,
+        cardinalities: list[int],
+        optimizer: SparseOptimizer = "rowwise_adagrad",
+    ) -> dict[str, Any]:
         ends = [b(cardinalities) if callable(b) else b for b in (low, high)]
         return fit_options(
             name,
@@ -149,21 +175,27 @@ def knob_hook(
             *ends,
             increasing=increasing,
             integer=integer,
-            what=what,
+            optimizer=optimizer,
+            bytes_of=bytes_of,
         )
 
     return classmethod(hook)
 
 
 def options_at_budget(
-    name: str, fraction: float, dim: int, cardinalities: Sequence[int]
+    name: str,
+    fraction: float,
+    dim: int,
+    cardinalities: Sequence[int],
+    optimizer: SparseOptimizer = "rowwise_adagrad",
 ) -> dict[str, Any]:
-    """Method ``name``'s options at ``fraction`` of full's total bytes (its own hook)."""
+    """Method ``name``'s options at ``fraction`` of full's total bytes under the sparse
+    ``optimizer`` (its own hook)."""
     cls = EMBEDDINGS.get(name)
     hook = getattr(cls, "options_at_budget", None)
     if hook is None:
         raise ConfigError(f"embedding {name!r} has no options_at_budget: it takes no budget")
     try:
-        return hook(fraction, dim, list(cardinalities))
+        return hook(fraction, dim, list(cardinalities), optimizer)
     except BudgetUnreachable as exc:
         raise BudgetUnreachable(f"{name} at {fraction:g} of full: {exc}") from None

@@ -245,5 +245,4 @@ class DHEEmbedding(EmbeddingMethod):
         1,
         1024,
         integer=True,
-        what="k / 2",
     )

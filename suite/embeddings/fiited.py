@@ -40,8 +40,8 @@ from suite.embeddings.base import (
     EmbeddingMethod,
     EmbeddingOptions,
 )
-from suite.embeddings.budget import budget_bytes, fit_knob
-from suite.embeddings.tables import ADAGRAD_EPS
+from suite.embeddings.budget import knob_hook
+from suite.embeddings.tables import ADAGRAD_EPS, SparseOptimizer
 from suite.registry import EMBEDDINGS
 
 _PRIME = 2_147_483_647
@@ -544,25 +544,29 @@ class FiitedEmbedding(EmbeddingMethod):
         self.keys, self.chunk_start = keys.to(self.key_dtype), start
         self.pool, self.utility, self.opt_state = pool, utility, state
 
-    @classmethod
-    def options_at_budget(cls, fraction: float, dim: int, cardinalities: list[int]) -> dict:
-        """The chunk budget whose bytes once pruned (:func:`fiited_bytes_bound`, row-wise
-        Adagrad) come closest to ``fraction`` of full's total bytes from below. FIITED's
-        own ``budget`` counts the pool alone; here the live rows' keys and accumulators,
-        the chunks' utilities and the sketch and ring count too."""
-        budget = budget_bytes(fraction, dim, cardinalities)
+    # the chunk budget, on the bytes once pruned (fiited_bytes_bound): FIITED's own budget
+    # counts the pool alone; here the live rows' keys and optimizer state, the chunks'
+    # utilities and the sketch and ring count too
+    options_at_budget = knob_hook(
+        "fiited",
+        lambda dim, b: {"dim": dim, "budget": b},
+        1e-6,
+        1.0,
+        bytes_of=lambda options, cards, optimizer: fiited_bytes_bound(
+            list(cards), FiitedOptions(**options), optimizer
+        ),
+    )
 
-        def bound(b: float) -> int:
-            return fiited_bytes_bound(cardinalities, FiitedOptions(dim=dim, budget=b))
 
-        chosen = fit_knob(bound, 1e-6, 1.0, budget, what="budget")
-        return {"dim": dim, "budget": chosen}
-
-
-def fiited_bytes_bound(cardinalities: list[int], options: FiitedOptions) -> int:
+def fiited_bytes_bound(
+    cardinalities: list[int],
+    options: FiitedOptions,
+    optimizer: SparseOptimizer = "rowwise_adagrad",
+) -> int:
     """Most total bytes FIITED holds once its schedule keeps ``C = round(budget x N x K)``
-    chunks, under row-wise Adagrad: the pool and utilities of ``C`` chunks, keys and
-    accumulators of at most ``min(N, C)`` live rows, and the fixed index, sketch and ring
+    chunks: the pool and utilities of ``C`` chunks, keys of at most ``min(N, C)`` live
+    rows, the ``optimizer``'s state (row-wise Adagrad: one float a live row; Adagrad: one a
+    live value; SGD: none), and the fixed index, sketch and ring
     (``N`` ids, ``K`` chunks a row). At ``budget`` 1 it is the bytes FIITED is built with."""
     rows, k = sum(cardinalities), options.chunks
     total_chunks = rows * k
@@ -573,4 +577,5 @@ def fiited_bytes_bound(cardinalities: list[int], options: FiitedOptions) -> int:
     width = max(1, math.ceil(options.tracked * total_chunks / 2))
     ring = max(1, math.ceil(options.tracked * total_chunks))
     fixed = (k + 1) * 8 + len(cardinalities) * 8 + ring * key + 8 + 2 * width * 4 + 8
-    return kept * (chunk_dim + 1) * 4 + live_rows * (key + 4) + fixed
+    state = {"rowwise_adagrad": live_rows * 4, "adagrad": kept * chunk_dim * 4, "sgd": 0}
+    return kept * (chunk_dim + 1) * 4 + live_rows * key + state[optimizer] + fixed

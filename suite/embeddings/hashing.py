@@ -132,5 +132,4 @@ class HashEmbedding(CountedComposedEmbedding):
         1.0,
         lambda c: float(max(c)),
         increasing=False,
-        what="ratio",
     )

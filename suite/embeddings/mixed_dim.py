@@ -277,5 +277,4 @@ class MixedDimEmbedding(CountedComposedEmbedding):
         0.0,
         4.0,
         increasing=False,
-        what="alpha",
     )

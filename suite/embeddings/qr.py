@@ -161,5 +161,4 @@ class QREmbedding(CountedComposedEmbedding):
         lambda cards: math.isqrt(max(cards)) + 1,
         increasing=False,
         integer=True,
-        what="collisions",
     )

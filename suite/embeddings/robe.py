@@ -211,6 +211,4 @@ class RobeEmbedding(EmbeddingMethod):
         self.array.index_add_(0, unique, summed * -lr / scale[run_of])
 
     # the array size |M| (array, its row-wise state and the hash coefficients)
-    options_at_budget = knob_hook(
-        "robe", lambda dim, m: {"dim": dim, "size": m}, 1e-6, 1.0, what="size"
-    )
+    options_at_budget = knob_hook("robe", lambda dim, m: {"dim": dim, "size": m}, 1e-6, 1.0)

@@ -379,5 +379,5 @@ class TTRecEmbedding(EmbeddingMethod):
     # the TT rank (cores and their states; features at or below the threshold keep a
     # full table: the floor)
     options_at_budget = knob_hook(
-        "ttrec", lambda dim, r: {"dim": dim, "rank": int(r)}, 1, 128, integer=True, what="rank"
+        "ttrec", lambda dim, r: {"dim": dim, "rank": int(r)}, 1, 128, integer=True
     )

@@ -3,7 +3,7 @@
 A spec's ``curve`` (``suite.reproduce.spec``) runs each method at ``1/b`` of its reference
 run's total embedding bytes (``embedding_total_bytes``: parameters, index, utilities and
 sparse optimizer state), the options chosen by the method's own ``options_at_budget``
-(``suite.embeddings.budget``) on the run's data. The report's curve section has:
+(``suite.embeddings.budget``) on the run's data and under its sparse optimizer. The report's curve section has:
 
 - one plot per dataset: test AUC (mean, 95% CI) against total bytes, log x, a colour per
   method (``suite.figures``), the reference as a dashed line;
@@ -53,13 +53,16 @@ def with_budget_options(data: dict[str, Any], what: str) -> dict[str, Any]:
     config = validate_config(rest, what)
     cards = tuple(get_prepared(config.dataset, progress=False).schema.cardinalities)
     dim = int(config.embedding.typed_options().dim)
-    options = _options(config.embedding.name, float(data[BUDGET_KEY]), dim, cards)
+    optimizer = config.train.sparse_optimizer
+    options = _options(config.embedding.name, float(data[BUDGET_KEY]), dim, cards, optimizer)
     return deep_merge(rest, {"embedding": {"options": options}})
 
 
 @functools.lru_cache(maxsize=256)
-def _options(name: str, fraction: float, dim: int, cards: tuple[int, ...]) -> dict[str, Any]:
-    return options_at_budget(name, fraction, dim, list(cards))
+def _options(
+    name: str, fraction: float, dim: int, cards: tuple[int, ...], optimizer: str
+) -> dict[str, Any]:
+    return options_at_budget(name, fraction, dim, list(cards), optimizer)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------- ranking
