@@ -8,7 +8,7 @@ import numpy as np
 
 from suite.embeddings.budget import built_bytes, full_bytes
 from suite.reproduce.curve import rank_budget, rank_curve, ties_with_best, which_method_when
-from suite.reproduce.runner import needed_runs, plan_jobs, plan_runs
+from suite.reproduce.runner import RunRecord, judge, needed_runs, plan_jobs, plan_runs
 from suite.reproduce.spec import ReproductionSpec, load_spec
 
 DATA = {"train_rows": 2000, "val_rows": 500, "test_rows": 500}
@@ -75,6 +75,9 @@ def test_curve_runs_get_their_options_on_the_data_and_share_the_seeds() -> None:
         options = configs[run].embedding.typed_options().model_dump()
         real = built_bytes("hash", options, cards)
         assert 0.99 * fraction * full <= real <= fraction * full
+    records = {k: RunRecord(e.roles[0], e.config, [0]) for k, e in planned.items()}
+    judged = judge(spec, "quick", None, records, where)  # the absent point is no run of it
+    assert set(judged.runs) == {"full", "hash_at_2", "hash_at_8", "alpt_at_2"}
     jobs = plan_jobs(planned, [0, 1, 2, 3, 4], "quick")
     seeds = {}
     for job in jobs:

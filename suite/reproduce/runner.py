@@ -657,6 +657,7 @@ def judge(
     runs = {
         run_id: records[where[(spec.paper, run_id)]]
         for run_id in needed_runs(spec, profile, claim_ids)
+        if (spec.paper, run_id) in where  # a curve point a method cannot reach is not planned
     }
     figures: SeedFigures = {rid: rec.per_seed for rid, rec in runs.items()}
     noise = (book or NoiseBook({}, predictions=True)).lookup(runs)
