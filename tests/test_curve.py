@@ -47,10 +47,13 @@ def test_the_shipped_spec_expands_every_method_at_every_budget() -> None:
     assert min(spec.curve.budgets) == 2 and max(spec.curve.budgets) == 64
     ids = spec.curve.run_ids()
     assert len(ids) == len(set(ids)) == len(spec.curve.methods) * len(spec.curve.budgets)
-    assert set(ids) | {"full"} <= set(needed_runs(spec, "standard", None))
-    quick = spec.profiles["quick"].budgets  # a cheaper smoke: some of the points
-    assert quick and set(needed_runs(spec, "quick", None)) == {"full", *spec.curve.run_ids(quick)}
-    tuning = spec.profiles["standard"].tuning
+    assert set(ids) | {"full"} <= set(needed_runs(spec, "curve", None))
+    quick = spec.profiles["curve-smoke"].budgets  # a cheaper smoke: some of the points
+    assert quick and set(needed_runs(spec, "curve-smoke", None)) == {
+        "full",
+        *spec.curve.run_ids(quick),
+    }
+    tuning = spec.profiles["curve"].tuning
     assert tuning is not None
     for method in spec.curve.methods:  # one study per method, at the same budget
         assert f"{method}_at_4" in tuning.runs

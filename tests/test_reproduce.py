@@ -160,8 +160,11 @@ def test_every_shipped_spec_loads_with_enough_seeds_and_the_field_margin() -> No
     assert {"dlrm", "qr", "mixed_dim", "fiited", "lowprec", "wukong"} <= set(names)
     for name in names:
         spec = load_spec(name)
-        assert {"quick", "full"} <= set(spec.profiles), name
-        assert len(spec.profiles["quick"].seeds) >= 5, name
+        assert "full" in spec.profiles, name
+        on_cpu = [p for p in spec.profiles if p != "full"]  # quick, or a spec's own smoke
+        assert on_cpu, name
+        for profile in on_cpu:
+            assert len(spec.profiles[profile].seeds) >= 5, (name, profile)
         assert len(spec.profiles["full"].seeds) >= 3, name
         for c in spec.claims:
             refs = " ".join(c.references())
