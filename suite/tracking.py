@@ -64,6 +64,29 @@ def sqlite_path(uri: str) -> Path | None:
     return None if path in ("", ":memory:") else Path(path)
 
 
+def end_in_place(uri: str, run_id: str, status: str) -> bool:
+    """Set a run's status and end time directly in a SQLite store, its rollback journal
+    kept in memory: an update of a row in place needs no new disk space, so it succeeds
+    where MLflow's write (which journals to a file beside the store) fails on a full
+    disk. Returns whether the run was updated; ``False`` for other stores or any error."""
+    import sqlite3
+
+    path = sqlite_path(uri)
+    if path is None or not path.is_file():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+            db.execute("PRAGMA journal_mode=MEMORY")
+            cursor = db.execute(
+                "UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?",
+                (status, int(time.time() * 1000), run_id),
+            )
+            db.commit()
+            return cursor.rowcount == 1
+    except sqlite3.Error:
+        return False
+
+
 def flatten(data: Any, prefix: str = "") -> dict[str, str]:
     """Nested mappings -> ``{"a.b.c": "value"}`` with values as short strings."""
     out: dict[str, str] = {}
@@ -407,7 +430,13 @@ class Tracker:
         self._end("FINISHED")
 
     def fail(self) -> None:
-        self._end("FAILED")
+        """End the run FAILED; on a SQLite store whose disk is full, by writing the status
+        in place (:func:`end_in_place`) when MLflow cannot."""
+        try:
+            self._end("FAILED")
+        except DiskFullError:
+            if not end_in_place(self.uri, self.run_id, "FAILED"):
+                raise
 
     def kill(self, reason: str) -> None:
         """End the run KILLED (interrupted), saying by what."""

@@ -241,7 +241,7 @@ def test_full_out_fails_the_run_in_one_line_and_keeps_the_result(
 def test_store_filling_mid_run_keeps_the_result(tmp_path: Path, store_fs: Path) -> None:
     """The store's disk fills at the first validation: the run's end cannot reach the
     store, the error is one line saying so, the result JSON (on another disk) is kept, and
-    the run is FAILED, or the message says it could not be."""
+    the run is FAILED all the same (its status written in place)."""
     uri = f"sqlite:///{store_fs / 'mlflow.db'}"
     open_client(uri)  # the store exists before its disk fills
     config = tiny_config(tracking=True, overrides=[f"tracking.uri={uri}"])
@@ -262,10 +262,9 @@ def test_store_filling_mid_run_keeps_the_result(tmp_path: Path, store_fs: Path) 
     assert len(kept) == 1
     assert f"the result was written and is kept: {kept[0].relative_to(tmp_path)}" in message
     filled[0].unlink()
-    statuses = _statuses(uri)
-    assert statuses in (["FAILED"], ["RUNNING"])
-    if statuses == ["RUNNING"]:
-        assert "could not be marked FAILED (its store is full)" in message
+    # MLflow's own write of the status fails on the full disk; it is written in place
+    assert _statuses(uri) == ["FAILED"]
+    assert "stays RUNNING" not in message
 
 
 def test_preparing_raw_files_onto_a_full_disk_leaves_nothing(

@@ -271,8 +271,8 @@ def _execute(
 
 
 def _end_failed(tracker: Tracker, exc: BaseException) -> None:
-    """End the run FAILED with its error as a tag. If the store cannot record that (full,
-    say), the run stays RUNNING and ``exc``'s message says so."""
+    """End the run FAILED with its error as a tag (on a full SQLite store, in place). If the
+    store still cannot record it, the run stays RUNNING and ``exc``'s message says so."""
     with contextlib.suppress(SuiteError):  # a full store may still take the status
         tracker.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
     try:
