@@ -268,3 +268,40 @@ def test_training_wall_time_counts_overlapping_jobs_once_and_resumed_stretches_a
     assert training_wall_s(two_workers) == (120.0, 1)
     assert training_wall_s(two_workers + resumed) == (170.0, 2)
     assert training_wall_s([]) == (0.0, 0)
+
+
+def test_a_stopped_reproduction_keeps_the_noise_of_the_pairs_it_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the first run's five seeds: their test-set noise is stored, so a resume
+    where their logits are gone (a fresh clone) reuses them instead of training again."""
+    from suite.reproduce import runner
+
+    real, calls = runner.run_job, []
+
+    def stop_at_the_sixth(job: runner.Job, parent: str | None) -> TaskResult:
+        calls.append(job.label)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return real(job, parent)
+
+    monkeypatch.setattr(runner, "run_job", stop_at_the_sixth)
+    uri, out = tracking_uri(tmp_path), tmp_path / "report"
+    which = ["--paper", "dlrm", "--paper", "qr", "--claim", "dlrm-learns-synthetic"]
+    which += ["--claim", "qr-above-hash-2"]
+    assert reproduce(out, uri, which, "--workers", "1") == 130  # as Ctrl-C
+    assert len(stored(out)) == 5 and {c.rsplit(" seed", 1)[0] for c in calls[:5]} == {"dlrm/full"}
+    noise = json.loads((out / RUNS_DIR / NOISE_FILE).read_text())["pairs"]
+    assert sorted(p["seed"] for p in noise) == [0, 1, 2, 3, 4]
+    assert all(p["right"] == "" and p["variance"] > 0 for p in noise)
+
+    for arrays in Path("results/runs").rglob("*.npz"):
+        arrays.unlink()  # as on a fresh clone: the logits were never committed
+    monkeypatch.setattr(runner, "run_job", real)
+    calls.clear()
+    trained: list[str] = []
+    monkeypatch.setattr(
+        runner, "run_job", lambda job, parent: trained.append(job.label) or real(job, parent)
+    )
+    assert reproduce(out, uri, which, "--workers", "1") == 0
+    assert trained and not any(label.startswith("dlrm/full") for label in trained)

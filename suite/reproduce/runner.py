@@ -554,6 +554,8 @@ def reproduce(
         book = NoiseBook(store.read_noise(directory) if directory else {}, predictions=True)
         outcomes = [judge(spec, profile, claim_ids, records, where, book) for spec in specs]
     except BaseException as exc:
+        if directory is not None:
+            keep_finished_noise(specs, profile, claim_ids, records, where, directory)
         if parent:
             end_parent(parent, exc)
         raise
@@ -570,6 +572,29 @@ def reproduce(
         parent.uri if parent else None,
         duration,
     )
+
+
+def keep_finished_noise(
+    specs: list[ReproductionSpec],
+    profile: str,
+    claim_ids: list[str] | None,
+    records: dict[str, RunRecord],
+    where: dict[tuple[str, str], str],
+    directory: Path,
+) -> None:
+    """Store the DeLong noise of every pair whose runs all finished here with their test
+    predictions, when a reproduction stops early (killed, failed): the predictions are not
+    committed, so without it a resume on another machine (a later session, a fresh clone)
+    would train those runs again. Pairs still missing a seed are left for the resume."""
+    from suite.reproduce import store
+
+    book = NoiseBook(store.read_noise(directory), predictions=True)
+    for spec in specs:
+        with contextlib.suppress(Exception):  # claims on runs not trained yet
+            judge(spec, profile, claim_ids, records, where, book)
+    if book.entries:
+        with contextlib.suppress(Exception):  # the stop's own error is the one to report
+            store.write_noise(directory, {**book.stored, **book.entries})
 
 
 def _regenerate(
