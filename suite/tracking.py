@@ -424,7 +424,18 @@ class Tracker:
             profile=json.dumps(profile, sort_keys=True) if profile else None,
         )
         entry = DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])
-        self.call("log its dataset", lambda: self.client.log_inputs(self.run_id, [entry]))
+
+        def log() -> None:
+            try:
+                self.client.log_inputs(self.run_id, [entry])
+            except Exception as exc:
+                # two workers' first runs on one dataset: the other inserted it between
+                # MLflow's lookup and its insert; the second try finds it
+                if "UNIQUE constraint failed: datasets" not in str(exc):
+                    raise
+                self.client.log_inputs(self.run_id, [entry])
+
+        self.call("log its dataset", log)
 
     def finish(self) -> None:
         self._end("FINISHED")
