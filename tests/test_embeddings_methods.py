@@ -12,8 +12,9 @@ import torch
 
 from suite.data.loader import BatchLoader
 from suite.data.source import get_prepared
-from suite.data.synthetic import scaled_cardinalities
-from suite.datasets.synthetic import CRITEO_CARDINALITIES, SyntheticOptions
+from suite.data.synthetic_dataset import SyntheticOptions
+from suite.data.teacher import scaled_cardinalities
+from suite.datasets.criteo import CRITEO_CARDINALITIES
 from suite.embeddings.base import ComposedEmbedding, EmbeddingContext, EmbeddingOptions
 from suite.embeddings.full import FullEmbedding
 from suite.embeddings.hashing import HashEmbedding, HashOptions, hashed_rows
