@@ -24,16 +24,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from mlflow.tracking import MlflowClient
-
     from suite.commands.run import print_result
     from suite.config import load_yaml, validate_config
     from suite.engine.parallel import launched_by_torchrun
     from suite.runs.single import execute
-    from suite.tracking import resolve_tracking_uri
+    from suite.tracking import client_for, resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)
-    client = MlflowClient(tracking_uri=uri)
+    client = client_for(uri)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(args.run_id, "config.yaml", tmp)

@@ -144,7 +144,7 @@ def print_result(result) -> None:  # noqa: ANN001
 def print_plots(result, label: str = "") -> None:  # noqa: ANN001
     """One line naming the figures the run drew (with tracking on, also in its MLflow run
     under plots/)."""
-    from suite.runs.single import plot_paths
+    from suite.runs.record import plot_paths
 
     paths = plot_paths(result.details)
     if paths:

@@ -30,6 +30,7 @@ from suite.leaderboard.schema import (
 )
 from suite.leaderboard.validate import inside, summarize
 from suite.results import TaskResult
+from suite.tracking import PARENT_RUN_TAG
 
 ENV_KEYS = tuple(Environment.model_fields)
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -73,11 +74,9 @@ def _check_run_id(run_id: str) -> str:
 
 
 def _client(tracking_uri: str | None) -> Any:
-    from mlflow.tracking import MlflowClient
+    from suite.tracking import client_for
 
-    from suite.tracking import resolve_tracking_uri
-
-    return MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
+    return client_for(tracking_uri)
 
 
 def _run_result(client: Any, run_id: str) -> tuple[TaskResult, str | None]:
@@ -98,7 +97,7 @@ def _run_result(client: Any, run_id: str) -> tuple[TaskResult, str | None]:
         result = load_result_file(local)
     if result.mlflow_run_id not in (None, run_id):
         raise SuiteError(f"MLflow run {run_id}: its result.json names run {result.mlflow_run_id}")
-    parent = run.data.tags.get("mlflow.parentRunId")
+    parent = run.data.tags.get(PARENT_RUN_TAG)
     return result.model_copy(update={"mlflow_run_id": run_id}), parent
 
 
@@ -124,7 +123,7 @@ def results_from_parent(parent_id: str, tracking_uri: str | None) -> list[TaskRe
         raise SuiteError(f"MLflow run {parent_id}: cannot read it ({exc})") from None
     children = client.search_runs(
         [parent.info.experiment_id],
-        filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'",
+        filter_string=f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'",
         max_results=1000,
     )
     finished = [c.info.run_id for c in children if c.info.status == "FINISHED"]

@@ -6,7 +6,7 @@ and every later session of the same study, on any machine, uses the same parent.
 created by the process that created the Optuna study (``create_study`` is atomic in
 every storage) before any worker starts, so workers never race to create it. Children
 are ordinary runs made by :func:`suite.runs.single.execute` with
-``mlflow.parentRunId`` and the tags ``suite.study`` and ``suite.trial``.
+the parent-run tag and the tags ``suite.study`` and ``suite.trial``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.tracking import Tracker, resolve_tracking_uri
+from suite.tracking import PARENT_RUN_TAG, Tracker, client_for, resolve_tracking_uri
 
 PARENT_TAG = "suite.study_parent"
 STUDY_TAG = "suite.study"
@@ -24,12 +24,6 @@ TRIAL_TAG = "suite.trial"
 TRIAL_STATE_TAG = "suite.trial_state"
 PARENT_ATTR = "suite:mlflow_parent_run_id"
 PARENT_WAIT_S = 30.0
-
-
-def client_for(uri: str | None) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=resolve_tracking_uri(uri))
 
 
 def create_parent_run(
@@ -75,7 +69,7 @@ def trial_runs(client: Any, parent_run_id: str, study_name: str, number: int) ->
     parent = client.get_run(parent_run_id)
     query = (
         f"tags.`{STUDY_TAG}` = '{study_name}' AND tags.`{TRIAL_TAG}` = '{number}' "
-        f"AND tags.`mlflow.parentRunId` = '{parent_run_id}'"
+        f"AND tags.`{PARENT_RUN_TAG}` = '{parent_run_id}'"
     )
     return client.search_runs([parent.info.experiment_id], filter_string=query)
 
@@ -109,9 +103,9 @@ def log_summary(
     finished: bool,
 ) -> None:
     """Attach the summary files, figures and tags to the parent run."""
-    tracker = Tracker(client_for(uri), parent_run_id, resolve_tracking_uri(uri))
+    tracker = Tracker.of(uri, parent_run_id)
     for path in files:
-        tracker.client.log_artifact(parent_run_id, str(path))
+        tracker.log_artifact(path)
     if metrics:
         tracker.log_metrics(metrics)
     if tags:
