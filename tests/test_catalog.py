@@ -61,7 +61,9 @@ def test_listing_imports_neither_torch_nor_mlflow_nor_pandas() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env=env
     )
-    assert out.stderr.strip().endswith("[]"), out.stderr
+    assert out.stderr.strip().endswith("[]"), (
+        f"{out.stderr}; is the record current? {WRITE_COMMAND}"
+    )
     data = json.loads(out.stdout)
     assert set(data) == {*KINDS, "presets"}
 
