@@ -229,17 +229,11 @@ class TieredTask(Task):
             for p in options.placements
         ]
         metrics: dict[str, float] = {}
-        higher: dict[str, bool] = {}
         for p in placements:
             key = metric_key(p["name"])
             metrics[f"{key}/batch_lookup_ms"] = p["batch_lookup_seconds"] * 1e3
             metrics[f"{key}/memory_cost_usd"] = p["memory_cost_usd"]
             metrics[f"{key}/top_tier_share"] = p["levels"][0]["lookup_share"]
-            higher |= {
-                f"{key}/batch_lookup_ms": False,
-                f"{key}/memory_cost_usd": False,
-                f"{key}/top_tier_share": True,
-            }
         details: dict = {
             "source": source,
             "row_bytes": row_bytes,
@@ -259,7 +253,7 @@ class TieredTask(Task):
                 / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
             )
             details["plots"] = [str(p) for p in draw_tiers(placements, out)]
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)
 
 
 def fbgemm_cache_replay(
