@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 
 from suite.data.loader import BatchLoader
 from suite.data.prepared import SplitArrays
-from suite.engine.distributed import constraints
 from suite.engine.parallel import Parallel, gather_to_file, spawn_gloo
+from suite.engine.planning import constraints
 from suite.errors import ConfigError
 from suite.runs.launch import torchrun_command, without_nproc
 from suite.runs.single import check_distributed, execute
@@ -195,7 +195,7 @@ def test_methods_that_cannot_shard_are_refused_before_any_process_starts(
     assert code == 2
     assert err == [
         "error: embedding.name=fiited cannot run sharded: its storage is not table-batched "
-        "physical tables (sharded methods: full, hash, qr, mixed_dim)"
+        "physical tables (sharded methods: full, hash, mixed_dim, qr)"
     ]
 
 
@@ -317,7 +317,13 @@ def _train_stop_resume(rank: int, world: int, root: str, out: str) -> None:
 
         try:
             outcome = train(
-                model, data, config.train, config.seed, cpu, None, stop, checkpoints, parallel
+                model,
+                data,
+                config.train,
+                config.seed,
+                cpu,
+                on_validation=stop,
+                checkpoints=checkpoints,
             )
         except _Stop:
             checkpoints.close()  # type: ignore[union-attr]

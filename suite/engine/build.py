@@ -66,7 +66,7 @@ def build_model(
     if parallel is not None:
         from suite.engine.distributed import shard_model
 
-        return shard_model(model, config, parallel, schema.sparse)  # type: ignore[return-value]
+        return shard_model(model, config, parallel, schema.sparse)
     return model
 
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Parallel:
-    """This process's place among ``world`` ranks of one ``torch.distributed`` job."""
+    """This process's place among ``world`` ranks of one ``torch.distributed`` job (the
+    :class:`~suite.models.base.Ranks` of a sharded model)."""
 
     rank: int
     world: int
@@ -29,7 +30,14 @@ class Parallel:
         """Rank 0: the one that writes MLflow and results."""
         return self.rank == 0
 
-    def astuple(self) -> tuple[int, int]:
+    @property
+    def distributed(self) -> bool:
+        return True
+
+    @property
+    def part(self) -> tuple[int, int]:
+        """This rank's part of each global batch, as :class:`~suite.data.loader.BatchLoader`
+        takes it."""
         return self.rank, self.world
 
     def part_sizes(self, rows: int) -> list[int]:
@@ -138,7 +146,6 @@ def _gloo_entry(rank: int, world: int, port: int, fn: Callable[..., None], args:
     import torch
     import torch.distributed as dist
 
-    warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     os.environ.update(
         {
@@ -150,12 +157,14 @@ def _gloo_entry(rank: int, world: int, port: int, fn: Callable[..., None], args:
             "LOCAL_WORLD_SIZE": str(world),
         }
     )
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    with warnings.catch_warnings():  # a measurement's worker: its output is its figures
+        warnings.simplefilter("ignore")
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        try:
+            fn(rank, world, *args)
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def gather_to_file(rank: int, figures: Any, path: str) -> None:
