@@ -196,7 +196,7 @@ class CharacterizeTask(Task):
             **figures,
         }
         if options.plot:
-            from suite.tasks.access_plots import draw_characterization
+            from suite.data.access_plots import draw_characterization
 
             out = (
                 Path(ctx.config.tracking.results_dir)

@@ -244,7 +244,7 @@ class TieredTask(Task):
         if options.fbgemm_replay:
             details["fbgemm_replay"] = fbgemm_cache_replay(stream, ctx, options, batch)
         if options.plot:
-            from suite.tasks.access_plots import draw_tiers
+            from suite.data.access_plots import draw_tiers
 
             out = (
                 Path(ctx.config.tracking.results_dir)
@@ -264,7 +264,7 @@ def fbgemm_cache_replay(
     fbgemm's cache is set-associative (32 ways) and fetches a whole batch's rows before
     the lookup, so its hit rate differs a little from the fully associative simulation.
     """
-    from suite.tasks.fbgemm_cache import replay
+    from suite.engine.cache_replay import replay
 
     if ctx.device.type != "cuda":
         raise ConfigError("task.options.fbgemm_replay: fbgemm's caching tables need device=cuda")
