@@ -46,11 +46,7 @@ def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Non
 
 def dense_state(model: RecModel) -> dict[str, torch.Tensor]:
     """The model's state but the embedding's, as ``model.<name>`` tensors."""
-    if hasattr(model, "dense_checkpoint_state"):  # sharded: the replicated part
-        return {f"model.{k}": v for k, v in model.dense_checkpoint_state().items()}
-    return {
-        f"model.{k}": v for k, v in model.state_dict().items() if not k.startswith("embedding.")
-    }
+    return {f"model.{k}": v for k, v in model.dense_checkpoint_state().items()}
 
 
 def optimizer_state(

@@ -53,7 +53,8 @@ from suite.engine.checkpoint.store import (
     verified,
 )
 from suite.engine.parallel import Parallel
-from suite.models.base import RecModel
+from suite.errors import ConfigError
+from suite.models.base import ONE_PROCESS, Ranks, RecModel
 
 RANK_DIR_RE = re.compile(r"^rank-\d+-of-(\d+)$")
 DEFAULT_EVERY = "1m"
@@ -148,11 +149,12 @@ def run_checkpoints(
             f"embedding method {config.embedding.name} cannot be checkpointed yet (its storage "
             "does not implement checkpoint_state()): drop train.checkpoint_every / --resume"
         )
+    ranks = parallel or ONE_PROCESS
     root = Path(config.train.checkpoint_dir) / config.config_hash()
     if resume:
-        _check_world(root, parallel)
-    if parallel is not None:
-        root = root / f"rank-{parallel.rank}-of-{parallel.world}"
+        _check_world(root, ranks.world)
+    if ranks.distributed:
+        root = root / f"rank-{ranks.rank}-of-{ranks.world}"
     identity = {"config_hash": config.config_hash(), "data_fingerprint": data_fingerprint}
     checkpoints = Checkpointer(
         root,
@@ -162,8 +164,8 @@ def run_checkpoints(
         parallel=parallel,
     )
     try:
-        if resume and parallel is not None:
-            checkpoints.resume = parallel.min(checkpoints.store.latest_seq())
+        if resume and ranks.distributed:
+            checkpoints.resume = ranks.min(checkpoints.store.latest_seq())
             checkpoints.store.drop_newer_than(checkpoints.resume)
         if resume:
             checkpoints.identity.update(checkpoints.restored_identity())
@@ -178,12 +180,11 @@ def run_checkpoints(
     return checkpoints
 
 
-def _check_world(root: Path, parallel: Parallel | None) -> None:
+def _check_world(root: Path, world: int) -> None:
     """Refuse to resume checkpoints written by a run on another number of ranks."""
     if not root.is_dir():
         return
     worlds = {int(m[1]) for p in root.iterdir() if (m := RANK_DIR_RE.match(p.name))}
-    world = parallel.world if parallel is not None else 1
     if worlds and world not in worlds:
         ranks = max(worlds)
         raise CheckpointError(
@@ -196,7 +197,7 @@ def remove_checkpoints(checkpoints: Checkpointer) -> None:
     """A finished run's checkpoints have served; remove them (and release the lock)."""
     checkpoints.close()
     shutil.rmtree(checkpoints.root, ignore_errors=True)
-    if checkpoints.parallel is not None:  # the last rank out removes the config's folder
+    if checkpoints.ranks.distributed:  # the last rank out removes the config's folder
         with contextlib.suppress(OSError):
             checkpoints.root.parent.rmdir()
 
@@ -242,10 +243,10 @@ class Checkpointer:
         anything else to keep (``mlflow_run_id``). ``resume``: ``True`` for the latest
         checkpoint, an int for that checkpoint's sequence number. ``parallel``: this rank
         of a distributed run, whose ranks each write their own part at the same steps."""
-        if parallel is not None and (policy or CheckpointPolicy()) != CheckpointPolicy():
-            raise CheckpointError("a distributed run writes full, unquantized checkpoints")
         self.root = Path(root)
-        self.parallel = parallel
+        self.ranks: Ranks = parallel or ONE_PROCESS
+        if self.ranks.distributed and (policy or CheckpointPolicy()) != CheckpointPolicy():
+            raise CheckpointError("a distributed run writes full, unquantized checkpoints")
         self.identity = dict(identity)
         self.every = every
         self.policy = policy or CheckpointPolicy()
@@ -280,8 +281,13 @@ class Checkpointer:
     # -- the loop's calls
 
     def start(self, model: RecModel) -> None:
-        """Called once before training: checks the method can be checkpointed and starts
-        row tracking for incremental checkpoints."""
+        """Called once before training: checks the method can be checkpointed and that
+        this rank writes for the model's ranks, and starts row tracking for incremental
+        checkpoints."""
+        if model.ranks.part != self.ranks.part:
+            raise ConfigError(
+                "a distributed run's checkpointers need its ranks: run_checkpoints(..., parallel)"
+            )
         model.embedding.checkpoint_state()  # raises one line if the method cannot
         if self.policy.incremental and self.tracker is None:
             self.tracker = RowTracker(model)
@@ -295,8 +301,8 @@ class Checkpointer:
         if self.every is None:
             return False
         due = self.every.due(step, self._last_step, time.monotonic(), self._last_time)
-        if self.parallel is not None and self.every.seconds is not None:
-            due = self.parallel.sum([float(due)])[0] > 0  # clocks differ: all ranks or none
+        if self.every.seconds is not None:  # clocks differ: all ranks or none
+            due = self.ranks.sum([float(due)])[0] > 0
         return due
 
     def save(
@@ -353,8 +359,7 @@ class Checkpointer:
         if self.tracker is not None:
             self.tracker.reset()
         self._last_step, self._last_time = loop.step, time.monotonic()
-        if self.parallel is not None:  # every rank holds this one before any drops the last
-            self.parallel.barrier()
+        self.ranks.barrier()  # every rank holds this one before any drops the last
         if not self.policy.keep_all:
             self.store.prune(seq, kind)
         info = CheckpointInfo(
@@ -395,19 +400,10 @@ class Checkpointer:
         dense = {
             k.removeprefix("model."): v for k, v in chain[-1][1].items() if k.startswith("model.")
         }
-        if hasattr(model, "load_dense_checkpoint_state"):  # sharded: the replicated part
-            try:
-                model.load_dense_checkpoint_state(dense)
-            except ValueError as exc:
-                raise CheckpointError(f"{self.root / f'ckpt-{seq:06d}'}: {exc}") from None
-            missing, unexpected = [], []
-        else:
-            missing, unexpected = model.load_state_dict(dense, strict=False)
-        if unexpected or any(not k.startswith("embedding.") for k in missing):
-            raise CheckpointError(
-                f"{self.root / f'ckpt-{seq:06d}'}: does not fit this model (missing "
-                f"{[k for k in missing if not k.startswith('embedding.')][:3]}, unexpected {unexpected[:3]})"
-            )
+        try:
+            model.load_dense_checkpoint_state(dense)
+        except ValueError as exc:
+            raise CheckpointError(f"{self.root / f'ckpt-{seq:06d}'}: {exc}") from None
         tensors = chain[-1][1]
         load_optimizer(dense_opt, tensors, last["param_groups"])
         set_rng_state(tensors, last["rng"])
