@@ -398,6 +398,7 @@ def shard_model(
             f"{sorted({tables.dims[t] for t in tables.bag_tables})} are torch tables; sharded "
             f"runs need fbgemm tables (dims multiples of {FBGEMM_DIM_MULTIPLE}, backend fbgemm)"
         )
+    planning.drop_fx_tracing_note()  # logged in training's forward, outside the calls below
     with quiet_torchrec():
         return _shard(model, config, parallel, table_names(model.embedding, features))
 

@@ -46,6 +46,29 @@ def quiet_torchrec(why: str = "TorchRec's sharded tables") -> Iterator[None]:
                 logging.getLogger(name).setLevel(level)
 
 
+FX_TRACING_NOTE = "is_fx_tracing will return true"
+"""The start of the line torch.fx logs once per process when a sharded TorchRec module
+asks ``is_fx_tracing()`` in its forward (training, well after the planner's calls)."""
+
+
+class _DropNote(logging.Filter):
+    """Drops the records whose message starts with ``prefix``; lets every other through."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+def drop_fx_tracing_note() -> None:
+    """Filter out :data:`FX_TRACING_NOTE` alone from torch.fx's log (once per process)."""
+    logger = logging.getLogger("torch.fx._symbolic_trace")
+    if not any(isinstance(f, _DropNote) for f in logger.filters):
+        logger.addFilter(_DropNote(FX_TRACING_NOTE))
+
+
 def meta_collection(
     names: list[str], rows: list[int], dims: list[int], features: list[str] | None = None
 ) -> Any:
