@@ -231,6 +231,52 @@ def client_for(uri: str | None) -> Any:
     return MlflowClient(tracking_uri=resolve_tracking_uri(uri))
 
 
+class RunStore:
+    """Runs already in a store, another process's or an earlier session's: read them, find
+    a parent's children, fetch an artifact, re-tag, reopen or end them. With the run record
+    (:mod:`suite.runs.record`) the only way the suite asks MLflow about runs."""
+
+    def __init__(self, uri: str | None) -> None:
+        self.uri = resolve_tracking_uri(uri)
+        self.client = client_for(self.uri)
+
+    def run(self, run_id: str) -> Any:
+        """The MLflow ``Run`` (``info``, ``data.tags``); raises MLflow's error if absent."""
+        return self.client.get_run(run_id)
+
+    def experiment_of(self, run_id: str) -> str:
+        return str(self.run(run_id).info.experiment_id)
+
+    def find(self, experiment_ids: list[str], query: str, max_results: int = 1000) -> list[Any]:
+        """The runs of ``experiment_ids`` matching an MLflow filter string."""
+        found = self.client.search_runs(
+            experiment_ids, filter_string=query, max_results=max_results
+        )
+        return list(found)
+
+    def download(self, run_id: str, artifact: str, into: str | Path) -> Path:
+        """One artifact of ``run_id`` copied under the folder ``into``; its local path."""
+        return Path(self.client.download_artifacts(run_id, artifact, str(into)))
+
+    def list_artifacts(self, run_id: str) -> list[Any]:
+        return list(self.client.list_artifacts(run_id))
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
+    def end(self, run_id: str, status: str) -> None:
+        """End ``run_id`` with ``status`` (``KILLED``, ``FAILED``, ``FINISHED``)."""
+        self.client.set_terminated(run_id, status=status)
+
+    def reopen(self, run_id: str) -> None:
+        """Mark an ended run RUNNING again (a study's parent resumed in a later session)."""
+        self.client.update_run(run_id, status="RUNNING")
+
+    def clean_dead_runs(self, experiment_ids: list[str] | None = None) -> list[Any]:
+        """:func:`clean_dead_runs` on this store."""
+        return clean_dead_runs(self.client, self.uri, experiment_ids)
+
+
 def open_client(uri: str | None) -> tuple[Any, str]:
     """An ``MlflowClient`` on the resolved store, the store created safely if new.
     Returns ``(client, resolved_uri)``; any failure is one ``SuiteError`` line."""

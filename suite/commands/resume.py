@@ -28,14 +28,14 @@ def handle(args: argparse.Namespace) -> int:
     from suite.config import load_yaml, validate_config
     from suite.engine.parallel import launched_by_torchrun
     from suite.runs.single import execute
-    from suite.tracking import client_for, resolve_tracking_uri
+    from suite.tracking import RunStore, resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)
-    client = client_for(uri)
+    store = RunStore(uri)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = client.download_artifacts(args.run_id, "config.yaml", tmp)
-            world = int(client.get_run(args.run_id).data.tags.get("suite.world_size", "1"))
+            path = store.download(args.run_id, "config.yaml", tmp)
+            world = int(store.run(args.run_id).data.tags.get("suite.world_size", "1"))
         except Exception as exc:  # unknown run, unreachable store, no config artifact
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise SuiteError(

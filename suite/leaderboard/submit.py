@@ -30,7 +30,7 @@ from suite.leaderboard.schema import (
 )
 from suite.leaderboard.validate import inside, summarize
 from suite.results import TaskResult
-from suite.tracking import PARENT_RUN_TAG
+from suite.tracking import PARENT_RUN_TAG, RunStore
 
 ENV_KEYS = tuple(Environment.model_fields)
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -73,23 +73,21 @@ def _check_run_id(run_id: str) -> str:
     return run_id
 
 
-def _client(tracking_uri: str | None) -> Any:
-    from suite.tracking import client_for
-
-    return client_for(tracking_uri)
+def _client(tracking_uri: str | None) -> RunStore:
+    return RunStore(tracking_uri)
 
 
-def _run_result(client: Any, run_id: str) -> tuple[TaskResult, str | None]:
+def _run_result(client: RunStore, run_id: str) -> tuple[TaskResult, str | None]:
     """The ``result.json`` artifact of an MLflow run, and the run's parent run id."""
     try:
-        run = client.get_run(run_id)
+        run = client.run(run_id)
     except Exception as exc:  # noqa: BLE001 - mlflow raises several kinds
         raise SuiteError(f"MLflow run {run_id}: cannot read it ({exc})") from None
     if run.info.status != "FINISHED":
         raise SuiteError(f"MLflow run {run_id} is {run.info.status}, not FINISHED")
     with tempfile.TemporaryDirectory(prefix="recsuite-submit-") as tmp:
         try:
-            local = Path(client.download_artifacts(run_id, "result.json", tmp))
+            local = client.download(run_id, "result.json", tmp)
         except Exception as exc:  # noqa: BLE001
             raise SuiteError(f"MLflow run {run_id} has no result.json artifact ({exc})") from None
         if not inside(local, Path(tmp)):
@@ -118,14 +116,10 @@ def results_from_parent(parent_id: str, tracking_uri: str | None) -> list[TaskRe
     client = _client(tracking_uri)
     _check_run_id(parent_id)
     try:
-        parent = client.get_run(parent_id)
+        parent = client.run(parent_id)
     except Exception as exc:  # noqa: BLE001
         raise SuiteError(f"MLflow run {parent_id}: cannot read it ({exc})") from None
-    children = client.search_runs(
-        [parent.info.experiment_id],
-        filter_string=f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'",
-        max_results=1000,
-    )
+    children = client.find([parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'")
     finished = [c.info.run_id for c in children if c.info.status == "FINISHED"]
     if not finished:
         raise SuiteError(f"MLflow run {parent_id} has no finished child runs")

@@ -187,7 +187,7 @@ def end_parent(parent: Any, exc: BaseException) -> None:
     """Mark the parent run KILLED (an interruption) or FAILED, and any child left RUNNING
     by a worker that died KILLED."""
     from suite.runs.signals import interruption
-    from suite.tracking import clean_dead_runs
+    from suite.tracking import RunStore
 
     with contextlib.suppress(SuiteError):
         signal_name = interruption(exc)
@@ -196,8 +196,8 @@ def end_parent(parent: Any, exc: BaseException) -> None:
         else:
             parent.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
             parent.fail()
-        experiment = parent.client.get_run(parent.run_id).info.experiment_id
-        clean_dead_runs(parent.client, parent.uri, [experiment])
+        store = RunStore(parent.uri)
+        store.clean_dead_runs([store.experiment_of(parent.run_id)])
 
 
 def stored_results(
