@@ -18,11 +18,12 @@ from mlflow.tracking import MlflowClient
 
 from suite.data.loader import BatchLoader
 from suite.data.prepared import SplitArrays
+from suite.engine.distributed import check_distributed
 from suite.engine.parallel import Parallel, gather_to_file, spawn_gloo
 from suite.engine.planning import constraints
 from suite.errors import ConfigError
 from suite.runs.launch import torchrun_command, without_nproc
-from suite.runs.single import check_distributed, execute
+from suite.runs.single import execute
 from tests.conftest import tiny_config, tracking_uri
 from tests.test_resume import _finish, _suite
 
@@ -462,7 +463,7 @@ def _due_by_the_clock(rank: int, world: int, root: str, out: str) -> None:
     from suite.engine.checkpoint import Checkpointer, Interval
 
     checkpoints = Checkpointer(
-        Path(root) / f"rank-{rank}", {}, Interval(seconds=60.0), parallel=Parallel(rank, world)
+        Path(root) / f"rank-{rank}", {}, Interval(seconds=60.0), ranks=Parallel(rank, world)
     )
     if rank == 0:  # this rank's clock says a minute has passed, the other's does not
         checkpoints._last_time -= 120

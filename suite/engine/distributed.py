@@ -32,7 +32,7 @@ from suite.engine.parallel import Parallel
 from suite.engine.planning import quiet_torchrec
 from suite.errors import ConfigError
 from suite.kernel_backend import require_fbgemm
-from suite.models.base import RecModel
+from suite.models.base import Ranks, RecModel
 
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise")
 """The types a sharded run's tables may take. TorchRec's ``data_parallel`` (a replica of a
@@ -190,6 +190,9 @@ class ShardedRecModel(RecModel):
 
     def placement(self) -> dict[str, Any]:
         return {"world_size": self._ranks.world, "sharding_plan": self._plan}
+
+    def whole_module(self) -> nn.Module | None:
+        return None
 
     @property
     def embedding(self) -> EmbeddingMethod:
@@ -381,6 +384,22 @@ def check_shardable(config: RunConfig) -> None:
             f"(sharded methods: {', '.join(shardable_methods(registry))})"
         )
     require_fbgemm(f"embedding.name={config.embedding.name} sharded over ranks (TorchRec)")
+
+
+def check_distributed(config: RunConfig, ranks: Ranks) -> None:
+    """What a run over ``ranks`` of a ``torch.distributed`` job cannot do, refused in one
+    line before any work (nothing for one process)."""
+    if not ranks.distributed:
+        return
+    task = config.task.registry.get(config.task.name)
+    if not getattr(task, "distributed", False):
+        registry = config.task.registry
+        runs = sorted(n for n in registry.names() if getattr(registry.get(n), "distributed", False))
+        raise ConfigError(
+            f"task.name={config.task.name} runs in one process; distributed runs "
+            f"({ranks.world} ranks) take the tasks: {', '.join(runs)}"
+        )
+    check_shardable(config)
 
 
 def shard_model(

@@ -6,15 +6,18 @@ imports at module level, so the task interface can name it cheaply.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
+
+    from suite.models.base import Ranks
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,10 @@ class Parallel:
     @property
     def distributed(self) -> bool:
         return True
+
+    def environment(self) -> dict[str, int]:
+        """What a run records of its ranks: the world size."""
+        return {"world_size": self.world}
 
     @property
     def part(self) -> tuple[int, int]:
@@ -113,6 +120,20 @@ def join_process_group(device: torch.device) -> Parallel | None:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)
     return Parallel(dist.get_rank(), dist.get_world_size())
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[Ranks]:
+    """This process's ranks for a run: the ``torchrun`` job's (joined, and left at the
+    end), else :data:`~suite.models.base.ONE_PROCESS`."""
+    joined = join_process_group(device)
+    try:
+        from suite.models.base import ONE_PROCESS
+
+        yield joined or ONE_PROCESS
+    finally:
+        if joined is not None:
+            leave_process_group()
 
 
 def leave_process_group() -> None:

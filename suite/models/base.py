@@ -133,6 +133,10 @@ class Ranks(Protocol):
         """Wait for every rank."""
         ...
 
+    def environment(self) -> dict[str, int]:
+        """What a run records of its ranks (``world_size``; nothing for one process)."""
+        ...
+
 
 class OneProcess:
     """The ranks of a model in one process: rank 0 of 1, its collectives the identity."""
@@ -154,6 +158,9 @@ class OneProcess:
 
     def barrier(self) -> None:
         return None
+
+    def environment(self) -> dict[str, int]:
+        return {}
 
 
 ONE_PROCESS = OneProcess()
@@ -237,6 +244,11 @@ class RecModel(nn.Module):
         """A run's details of where the model lives: ``world_size`` and
         ``sharding_plan`` of a sharded model, nothing in one process."""
         return {}
+
+    def whole_module(self) -> nn.Module | None:
+        """The model as one module to save and serve (``None`` where no process holds
+        all of it: a sharded model)."""
+        return self
 
 
 def training_flops(model: RecModel, examples: int) -> int:

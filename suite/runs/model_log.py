@@ -40,10 +40,11 @@ def should_log(config: RunConfig, model: RecModel) -> bool:
 def log_model(tracker: Tracker, config: RunConfig, model: RecModel, step: int = 0) -> str | None:
     """Save ``model`` as an MLflow logged model of the tracker's run; its id, or ``None``
     when ``tracking.log_model`` says not to."""
-    if not should_log(config, model):
+    module = model.whole_module()
+    if module is None or not should_log(config, model):
         return None
     return tracker.log_pytorch_model(
-        model.cpu().eval(),
+        module.cpu().eval(),
         name=f"{config.model.name}-{config.embedding.name}",
         params={"config_hash": config.config_hash()},
         requirements=_requirements(),

@@ -17,11 +17,11 @@ from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
 from suite.engine.checkpoint import remove_checkpoints, run_checkpoints
-from suite.engine.distributed import check_shardable
-from suite.engine.parallel import Parallel, join_process_group, leave_process_group
+from suite.engine.distributed import check_distributed
+from suite.engine.parallel import process_group
 from suite.environment import environment
-from suite.errors import ConfigError, SuiteError
-from suite.models.base import RecModel
+from suite.errors import SuiteError
+from suite.models.base import Ranks, RecModel
 from suite.results import (
     ARRAYS_DETAIL,
     OUT_OPTION,
@@ -85,22 +85,6 @@ def preflight(
     return device, data, task
 
 
-def check_distributed(config: RunConfig, parallel: Parallel) -> None:
-    """What a distributed run cannot do, refused in one line before any work."""
-    task = config.task.registry.get(config.task.name)
-    if not getattr(task, "distributed", False):
-        runs = sorted(
-            n
-            for n in config.task.registry.names()
-            if getattr(config.task.registry.get(n), "distributed", False)
-        )
-        raise ConfigError(
-            f"task.name={config.task.name} runs in one process; distributed runs "
-            f"({parallel.world} ranks) take the tasks: {', '.join(runs)}"
-        )
-    check_shardable(config)
-
-
 class Diverged(SuiteError):
     """Training produced a non-finite loss."""
 
@@ -142,13 +126,9 @@ def execute(
     ``resume``: continue a killed run from its last checkpoint, in its own MLflow run.
     """
     started = time.perf_counter()
-    parallel = join_process_group(resolve_device(config.device))
-    try:
-        run = _prepare(config, out, on_validation, started, parallel)
+    with process_group(resolve_device(config.device)) as ranks:
+        run = _prepare(config, out, on_validation, started, ranks)
         return _execute(run, parent_run_id, extra_tags, resume)
-    finally:
-        if parallel is not None:
-            leave_process_group()
 
 
 @dataclass
@@ -159,7 +139,7 @@ class _Run:
     out: str | Path | None
     on_validation: Callable[[dict[str, float], int], None] | None
     started: float
-    parallel: Parallel | None
+    ranks: Ranks
     device: torch.device
     data: PreparedDataset
     task: Task
@@ -168,7 +148,7 @@ class _Run:
     @property
     def leader(self) -> bool:
         """Whether this process writes the results (rank 0, or the only process)."""
-        return self.parallel is None or self.parallel.leader
+        return self.ranks.leader
 
 
 def _prepare(
@@ -176,29 +156,26 @@ def _prepare(
     out: str | Path | None,
     on_validation: Callable[[dict[str, float], int], None] | None,
     started: float,
-    parallel: Parallel | None,
+    ranks: Ranks,
 ) -> _Run:
     """The preflight (:func:`preflight`), the seeds and the environment, on every rank."""
-    if parallel is not None:
-        check_distributed(config, parallel)
-        if not parallel.leader:  # rank 0 alone records the run, and prepares the data first
-            config = config.with_overrides({"tracking.enabled": False})
-            out = None
-            parallel.barrier()
+    check_distributed(config, ranks)
+    if not ranks.leader:  # rank 0 alone records the run, and prepares the data first
+        config = config.with_overrides({"tracking.enabled": False})
+        out = None
+        ranks.barrier()
     device, data, task = preflight(config, {"--out": out})
-    if parallel is not None and parallel.leader:
-        parallel.barrier()  # the others find the data prepared
+    if ranks.leader:
+        ranks.barrier()  # the others find the data prepared
     seed_everything(config.seed, config.train.threads)
-    env = environment(config.device)
-    if parallel is not None:
-        env["world_size"] = parallel.world
-    return _Run(config, out, on_validation, started, parallel, device, data, task, env)
+    env = {**environment(config.device), **ranks.environment()}
+    return _Run(config, out, on_validation, started, ranks, device, data, task, env)
 
 
 def _execute(
     run: _Run, parent_run_id: str | None, extra_tags: dict[str, str] | None, resume: bool
 ) -> TaskResult:
-    checkpoints = run_checkpoints(run.config, run.data.fingerprint, resume, run.parallel)
+    checkpoints = run_checkpoints(run.config, run.data.fingerprint, resume, run.ranks)
     with interruptible():
         record = _open_record(run, checkpoints, resume, parent_run_id, extra_tags)
         try:
@@ -236,9 +213,8 @@ def _open_record(
     if run_id:
         record = RunRecord.resume(config, run_id, **options)
     else:
-        tags = {**run_tags(config, run.data.fingerprint, run.env), **(extra_tags or {})}
-        if run.parallel is not None:
-            tags["suite.world_size"] = str(run.parallel.world)
+        ranks = {f"suite.{k}": str(v) for k, v in run.ranks.environment().items()}
+        tags = {**run_tags(config, run.data.fingerprint, run.env), **(extra_tags or {}), **ranks}
         record = RunRecord.start(config, run_name(config), tags, parent_run_id, **options)
     if checkpoints:
         checkpoints.identity["mlflow_run_id"] = record.run_id
@@ -276,7 +252,7 @@ def _run(run: _Run, record: RunRecord, checkpoints: Any) -> TaskResult:
     if plan_text is not None:
         record.log_text(plan_text, "sharding_plan.txt")
         record.log_json(plan, "sharding_plan.json")
-    if model is not None and run.parallel is None:
+    if model is not None:
         record.log_model(run.config, model, final_step)
     return result
 
@@ -299,7 +275,7 @@ def _train(
             run.on_validation(metrics, step)
 
     ctx = _TrackedContext(
-        run.config, run.data, run.device, log_metrics, validation, checkpoints, run.parallel
+        run.config, run.data, run.device, log_metrics, validation, checkpoints, run.ranks
     )
     output = run.task.run(ctx)
     return output, last_step, ctx.model

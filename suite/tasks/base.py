@@ -13,8 +13,7 @@ from pydantic import BaseModel
 from suite.config import NoOptions, RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.engine.checkpoint import Checkpointer
-from suite.engine.parallel import Parallel
-from suite.models.base import RecModel
+from suite.models.base import ONE_PROCESS, Ranks, RecModel
 from suite.results import MetricSpec, directions
 
 
@@ -42,13 +41,13 @@ class RunContext:
     on_validation: Callable[[dict[str, float], int], None] | None = None
     checkpoints: Checkpointer | None = None
     """The run's checkpoints (``train.checkpoint_every``, ``--resume``), for its training."""
-    parallel: Parallel | None = None
-    """This rank's place in a distributed run (``None``: one process)."""
+    ranks: Ranks = ONE_PROCESS
+    """The processes the run's model is spread over (one process: rank 0 of 1)."""
 
     def build_model(self, config: RunConfig | None = None) -> RecModel:
         from suite.engine.build import build_model
 
-        return build_model(config or self.config, self.data, self.parallel)
+        return build_model(config or self.config, self.data, self.ranks)
 
 
 class Task:

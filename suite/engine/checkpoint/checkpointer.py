@@ -52,7 +52,6 @@ from suite.engine.checkpoint.store import (
     tensor_bytes,
     verified,
 )
-from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
 from suite.models.base import ONE_PROCESS, Ranks, RecModel
 
@@ -135,7 +134,7 @@ class LoopState:
 
 
 def run_checkpoints(
-    config: RunConfig, data_fingerprint: str, resume: bool, parallel: Parallel | None = None
+    config: RunConfig, data_fingerprint: str, resume: bool, ranks: Ranks = ONE_PROCESS
 ) -> Checkpointer | None:
     """The checkpoints of a run of ``config`` (under ``train.checkpoint_dir/<config
     hash>``; a rank of a distributed run its own ``rank-<r>-of-<world>`` in it), or
@@ -149,7 +148,6 @@ def run_checkpoints(
             f"embedding method {config.embedding.name} cannot be checkpointed yet (its storage "
             "does not implement checkpoint_state()): drop train.checkpoint_every / --resume"
         )
-    ranks = parallel or ONE_PROCESS
     root = Path(config.train.checkpoint_dir) / config.config_hash()
     if resume:
         _check_world(root, ranks.world)
@@ -161,7 +159,7 @@ def run_checkpoints(
         identity,
         Interval.parse(config.train.checkpoint_every),
         resume=resume,
-        parallel=parallel,
+        ranks=ranks,
     )
     try:
         if resume and ranks.distributed:
@@ -237,14 +235,14 @@ class Checkpointer:
         every: Interval | None = None,
         policy: CheckpointPolicy | None = None,
         resume: bool | int = False,
-        parallel: Parallel | None = None,
+        ranks: Ranks = ONE_PROCESS,
     ) -> None:
         """``identity``: ``config_hash`` and ``data_fingerprint`` (checked on restore) and
         anything else to keep (``mlflow_run_id``). ``resume``: ``True`` for the latest
-        checkpoint, an int for that checkpoint's sequence number. ``parallel``: this rank
-        of a distributed run, whose ranks each write their own part at the same steps."""
+        checkpoint, an int for that checkpoint's sequence number. ``ranks``: those of a
+        distributed run, each writing its own part at the same steps."""
         self.root = Path(root)
-        self.ranks: Ranks = parallel or ONE_PROCESS
+        self.ranks: Ranks = ranks
         if self.ranks.distributed and (policy or CheckpointPolicy()) != CheckpointPolicy():
             raise CheckpointError("a distributed run writes full, unquantized checkpoints")
         self.identity = dict(identity)
@@ -286,7 +284,7 @@ class Checkpointer:
         checkpoints."""
         if model.ranks.part != self.ranks.part:
             raise ConfigError(
-                "a distributed run's checkpointers need its ranks: run_checkpoints(..., parallel)"
+                "a distributed run's checkpointers need its ranks: run_checkpoints(..., ranks)"
             )
         model.embedding.checkpoint_state()  # raises one line if the method cannot
         if self.policy.incremental and self.tracker is None:
