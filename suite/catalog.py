@@ -7,8 +7,9 @@ protocols) is written to ``suite/catalog.json`` by ``python -m suite.catalog --w
 with a digest of the sources it was read from (each registry's package and the modules
 its entries' classes and options inherit from). ``suite list`` reads that file; a kind
 whose sources changed since is read from the imported registry instead (the reference)
-and kept in a user cache under that digest. ``tests/test_catalog.py`` checks that the
-checked-in record equals the imported registries and is current.
+and kept in a user cache under that digest, so a new or edited entry needs nothing
+rewritten. ``tests/test_catalog.py`` checks that what ``suite list`` shows equals the
+imported registries, and that a current record does.
 """
 
 from __future__ import annotations
