@@ -59,13 +59,13 @@ def peak_while_building(rank: int, world: int, vocab_scale: float, dim: int, out
 
     from suite.data.source import get_prepared
     from suite.engine.build import build_model
-    from suite.engine.distributed import _quiet_torchrec
     from suite.engine.parallel import Parallel, gather_to_file
+    from suite.engine.planning import quiet_torchrec
     from suite.tasks.memory import peak_memory
 
-    _quiet_torchrec()
-    import torchrec.distributed.model_parallel  # noqa: F401  (its import is not the tables)
-    import torchrec.distributed.planner  # noqa: F401
+    with quiet_torchrec():  # import torchrec's modules first: their import is not the tables
+        import torchrec.distributed.model_parallel  # noqa: F401
+        import torchrec.distributed.planner  # noqa: F401
 
     config = bench_config(vocab_scale, dim)
     data = get_prepared(config.dataset, progress=False)

@@ -6,8 +6,8 @@ The sample (the first 8,000 rows of Kaggle's ``train.txt``; its ``dlrm`` train s
 never copied. Each feature's exponent is the Zipf exponent over its REAL Kaggle vocabulary
 (``CRITEO_CARDINALITIES``) whose expected distinct ids in 6,858 draws equals the sample's
 (or, where the sample saw every value, whose top id's share equals the sample's):
-``suite.data.synthetic.fit_zipf``. Prints the fitted exponents (paste them into
-``CRITEO_KAGGLE_ZIPF`` in suite/datasets/synthetic.py), then the check: the same rows drawn
+``suite.data.teacher.fit_zipf``. Prints the fitted exponents (paste them into
+``CRITEO_KAGGLE_ZIPF`` in suite/datasets/criteo.py), then the check: the same rows drawn
 like the sample (real vocabularies, ids re-counted) beside the sample, with the
 ``characterize`` task's own Zipf exponent and hottest-1% share. About 1-2 minutes.
 """
@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 from suite.config import build_config  # noqa: E402
 from suite.data.access import AccessStream, hot_row_shares, zipf_exponent  # noqa: E402
 from suite.data.source import get_prepared  # noqa: E402
-from suite.data.synthetic import draw_like_a_sample, fit_zipf  # noqa: E402
-from suite.datasets.synthetic import CRITEO_CARDINALITIES, CRITEO_KAGGLE_ZIPF  # noqa: E402
+from suite.data.teacher import draw_like_a_sample, fit_zipf  # noqa: E402
+from suite.datasets.criteo import CRITEO_CARDINALITIES, CRITEO_KAGGLE_ZIPF  # noqa: E402
 
 
 def sample_train_split(raw: Path) -> tuple[np.ndarray, list[int]]:

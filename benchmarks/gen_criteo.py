@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from suite.datasets.synthetic import CRITEO_CARDINALITIES  # noqa: E402
+from suite.datasets.criteo import CRITEO_CARDINALITIES  # noqa: E402
 
 FULL_ROWS = 45_840_617
 CAT_MISSING = [0, 0, 0.034, 0.034, 0, 0.12, 0, 0, 0, 0, 0, 0.034, 0, 0, 0, 0.034, 0, 0, 0.44]

@@ -9,8 +9,6 @@ pydantic class validates and fills in its options, so the resolved config is com
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -26,6 +24,7 @@ from pydantic import (
 )
 
 from suite.errors import ConfigError
+from suite.hashing import stable_hash
 from suite.presets import resolve_config_file
 from suite.registry import DATASETS, EMBEDDINGS, MODELS, TASKS, Registry, did_you_mean
 
@@ -307,11 +306,6 @@ class RunConfig(Frozen):
         for key, value in overrides.items():
             set_dotted(data, key, value)
         return validate_config(data)
-
-
-def stable_hash(data: Any) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def validate_config(data: dict[str, Any], source: str = "config") -> RunConfig:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from suite.errors import ConfigError
 from suite.fileio import write_text_atomic
-from suite.units import format_metric, is_bytes_metric
+from suite.units import format_cell, unit_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,16 +28,14 @@ SHORT = 8  # hex digits of a hash shown in the display table
 
 
 def _cell(name: str, mean: float, std: float | None, n: int | None = None) -> str:
-    """``0.7193 ± 0.0029``: the std to two significant digits and the mean to the same
-    decimal place; bytes in binary units; no ``±`` for one value or no spread."""
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return ""
+    """``0.7193 ± 0.0029`` (:func:`suite.units.format_cell`): the std to two significant
+    digits and the mean to the same decimal place; bytes in binary units; no ``±`` for one
+    value or no spread; empty for no value."""
     spread = std is not None and math.isfinite(std) and std > 0 and (n is None or n > 1)
-    if is_bytes_metric(name) or not spread:
-        text = format_metric(name, float(mean))
-        return f"{text} ± {format_metric(name, float(std))}" if spread else text
-    decimals = min(8, max(0, 1 - math.floor(math.log10(std))))
-    return f"{mean:.{decimals}f} ± {std:.{decimals}f}"
+    value = None if mean is None else float(mean)
+    return format_cell(
+        value, float(std) if spread else None, unit=unit_of(name), max_decimals=8, missing=""
+    )
 
 
 def differing_fields(group: pd.DataFrame) -> list[str]:

@@ -8,11 +8,13 @@ NaN bounds), so no verdict can rest on it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
+from suite.decisions import Comparison, compare_noise, noise_of, unpaired_noise
 
 LEVEL = 0.95
 
@@ -406,3 +408,33 @@ def fit_scaling(
     ok = np.isfinite(replicates[:, 2])
     exponent = _percentiles(fit.b, replicates[ok, 2], level, y.shape[1])
     return ScalingFit(fit, exponent, replicates, failed / max(len(plan), 1))
+
+
+def seed_comparison(
+    mine: Mapping[int, float], theirs: Mapping[int, float], higher_is_better: bool, margin: float
+) -> Comparison | None:
+    """``mine - theirs`` (two entries' per-seed figures, keyed by seed) by the
+    reproductions' rule (:func:`suite.decisions.compare_noise`): paired by seed where both
+    ran the same seeds, else Welch's unpaired variance; None with fewer than two seeds on
+    either side."""
+    if len(mine) < 2 or len(theirs) < 2:
+        return None
+    if set(mine) == set(theirs):
+        diffs = [mine[s] - theirs[s] for s in sorted(mine)]
+        estimate, noise = sum(diffs) / len(diffs), noise_of(diffs)
+    else:
+        a, b = list(mine.values()), list(theirs.values())
+        estimate, noise = sum(a) / len(a) - sum(b) / len(b), unpaired_noise(a, b)
+    return compare_noise(estimate, noise, higher_is_better, margin)
+
+
+def format_p(p: float) -> str:
+    """A p-value with its relation: ``p=0.032``; ``p<0.001`` and ``p>0.999`` where three
+    decimals would round it to 0 or 1; ``p n/a`` for no value."""
+    if not math.isfinite(p):
+        return "p n/a"
+    if p < 0.001:
+        return "p<0.001"
+    if p > 0.999:
+        return "p>0.999"
+    return f"p={p:.3f}"

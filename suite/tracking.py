@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +45,10 @@ KILLED_BY_TAG = "suite.killed_by"
 # when it guesses the experiment is a GenAI one; a classic training experiment says so.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+"""The tag naming a child run's parent (MLflow's UI nests the child under it)."""
+URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///./mlruns/mlflow.db)"
+"""The ``--tracking-uri`` option's help, one text for every command that takes it."""
 
 T = TypeVar("T")
 
@@ -130,11 +135,11 @@ STORE_ERROR_LOGGER = "mlflow.store.db.utils"
 
 
 @contextlib.contextmanager
-def _quiet(name: str) -> Iterator[None]:
-    """Drop ``name``'s log records below CRITICAL for the block."""
+def _quiet(name: str, below: int = logging.CRITICAL) -> Iterator[None]:
+    """Drop ``name``'s log records below ``below`` (CRITICAL) for the block."""
     logger = logging.getLogger(name)
     level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    logger.setLevel(below)
     try:
         yield
     finally:
@@ -216,6 +221,60 @@ def _initialise_sqlite(path: Path) -> None:
     finally:
         for logger, level in zip(chatty, levels, strict=True):
             logger.setLevel(level)
+
+
+def client_for(uri: str | None) -> Any:
+    """An ``MlflowClient`` on the resolved store as it is (nothing created or checked):
+    for reading runs, and for runs another process started."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=resolve_tracking_uri(uri))
+
+
+class RunStore:
+    """Runs already in a store, another process's or an earlier session's: read them, find
+    a parent's children, fetch an artifact, re-tag, reopen or end them. With the run record
+    (:mod:`suite.runs.record`) the only way the suite asks MLflow about runs."""
+
+    def __init__(self, uri: str | None) -> None:
+        self.uri = resolve_tracking_uri(uri)
+        self.client = client_for(self.uri)
+
+    def run(self, run_id: str) -> Any:
+        """The MLflow ``Run`` (``info``, ``data.tags``); raises MLflow's error if absent."""
+        return self.client.get_run(run_id)
+
+    def experiment_of(self, run_id: str) -> str:
+        return str(self.run(run_id).info.experiment_id)
+
+    def find(self, experiment_ids: list[str], query: str, max_results: int = 1000) -> list[Any]:
+        """The runs of ``experiment_ids`` matching an MLflow filter string."""
+        found = self.client.search_runs(
+            experiment_ids, filter_string=query, max_results=max_results
+        )
+        return list(found)
+
+    def download(self, run_id: str, artifact: str, into: str | Path) -> Path:
+        """One artifact of ``run_id`` copied under the folder ``into``; its local path."""
+        return Path(self.client.download_artifacts(run_id, artifact, str(into)))
+
+    def list_artifacts(self, run_id: str) -> list[Any]:
+        return list(self.client.list_artifacts(run_id))
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
+    def end(self, run_id: str, status: str) -> None:
+        """End ``run_id`` with ``status`` (``KILLED``, ``FAILED``, ``FINISHED``)."""
+        self.client.set_terminated(run_id, status=status)
+
+    def reopen(self, run_id: str) -> None:
+        """Mark an ended run RUNNING again (a study's parent resumed in a later session)."""
+        self.client.update_run(run_id, status="RUNNING")
+
+    def clean_dead_runs(self, experiment_ids: list[str] | None = None) -> list[Any]:
+        """:func:`clean_dead_runs` on this store."""
+        return clean_dead_runs(self.client, self.uri, experiment_ids)
 
 
 def open_client(uri: str | None) -> tuple[Any, str]:
@@ -341,7 +400,7 @@ class Tracker:
             clean_dead_runs(client, resolved, [experiment_id])
             all_tags = {**(tags or {}), **owner_tags()}
             if parent_run_id:
-                all_tags["mlflow.parentRunId"] = parent_run_id
+                all_tags[PARENT_RUN_TAG] = parent_run_id
             return client.create_run(experiment_id, tags=all_tags, run_name=run_name).info.run_id
 
         return cls(client, _store_call(resolved, "create a run", create), resolved)
@@ -361,6 +420,12 @@ class Tracker:
             )
             tracker._logged.update((m.key, int(m.step), float(m.value)) for m in history)
         return tracker
+
+    @classmethod
+    def of(cls, uri: str | None, run_id: str) -> Tracker:
+        """An existing run as it is (not reopened): a parent run that another process or
+        an earlier session started, to add to and end."""
+        return cls(client_for(uri), run_id, resolve_tracking_uri(uri))
 
     def call(self, what: str, call: Callable[[], T]) -> T:
         """``call()`` on this run's store; a failure is one ``SuiteError`` line."""
@@ -409,6 +474,50 @@ class Tracker:
         self.call(
             f"log {artifact_file}", lambda: self.client.log_text(self.run_id, text, artifact_file)
         )
+
+    def log_artifact(
+        self, path: str | Path, artifact_dir: str | None = None, what: str | None = None
+    ) -> None:
+        """The file ``path`` as an artifact of the run (under ``artifact_dir``)."""
+        self.call(
+            what or f"log {Path(path).name}",
+            lambda: self.client.log_artifact(self.run_id, str(path), artifact_dir),
+        )
+
+    def log_pytorch_model(
+        self, model: Any, name: str, params: dict[str, str], requirements: list[str], step: int
+    ) -> str:
+        """Save the torch module ``model`` as an MLflow logged model (pickle format) whose
+        source is this run, linked to the run as its output at ``step``. Its id."""
+        import mlflow.pytorch
+        from mlflow.entities import LoggedModelOutput
+
+        client = self.client
+
+        def save() -> str:
+            run = client.get_run(self.run_id)
+            logged = client.create_logged_model(
+                run.info.experiment_id,
+                name=name,
+                source_run_id=self.run_id,
+                params=params,
+                model_type="recsuite",
+            )
+            with tempfile.TemporaryDirectory() as tmp:
+                # its pickle warning is dropped: pickle is chosen on purpose
+                with _quiet("mlflow.pytorch", logging.ERROR):
+                    mlflow.pytorch.save_model(
+                        model,
+                        str(Path(tmp) / "model"),
+                        pip_requirements=requirements,
+                        serialization_format="pickle",
+                    )
+                client.log_model_artifacts(logged.model_id, str(Path(tmp) / "model"))
+            client.finalize_logged_model(logged.model_id, "READY")
+            client.log_outputs(self.run_id, [LoggedModelOutput(logged.model_id, step)])
+            return logged.model_id
+
+        return self.call("log the model", save)
 
     def log_dataset(
         self, name: str, digest: str, source: str, context: str = "training", **profile: Any

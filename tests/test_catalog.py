@@ -1,40 +1,81 @@
-"""``suite list`` reads the registries light (no torch); it must equal the real registry."""
+"""``suite list`` reads the registries' lazy registrations (no torch); they equal the
+imported registries, and a kind whose sources changed is read from its registry instead
+(then kept in the user cache), so an edit or a new entry never needs the record rewritten."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from suite.catalog import KINDS, light_entries, prepared_dir_of, real_entries
+from suite import catalog as module
+from suite.catalog import KINDS, real_entries, recorded_entries
 from suite.cli import main
+from suite.commands.list import prepared_dir_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_light_listing_equals_the_imported_registry(kind: str) -> None:
-    light = [e.to_json() for e in light_entries(kind)]
+def test_listed_entries_equal_the_imported_registry(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``suite list`` shows is the registry's, whether the checked-in record is current
+    (then it must equal the registry) or stale (then it is not used)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     real = [e.to_json() for e in real_entries(kind)]
-    for entry in light + real:
-        entry.pop("module")
-    assert light == real
+    recorded = recorded_entries(kind)
+    if recorded is not None:
+        assert [e.to_json() for e in recorded] == real
+    assert [e.to_json() for e in module.catalog([kind])[kind]] == real
 
 
-def test_listing_imports_neither_torch_nor_mlflow_nor_pandas() -> None:
+def test_kinds_are_the_registries() -> None:
+    from suite.commands.list import KINDS as LISTED
+    from suite.registry import ALL_REGISTRIES
+
+    assert list(KINDS) == list(ALL_REGISTRIES) == LISTED[:-1]
+
+
+def test_an_edited_or_new_source_makes_the_record_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is used only while every source it was read from is unchanged."""
+    root = tmp_path / "suite"
+    shutil.copytree(module.SUITE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(module, "SUITE_ROOT", root)
+    assert recorded_entries("embeddings") is not None
+    (root / "embeddings" / "new_method.py").write_text("# a new method\n")
+    assert recorded_entries("embeddings") is None
+    (root / "embeddings" / "new_method.py").unlink()
+    assert recorded_entries("embeddings") is not None
+    with (root / "config.py").open("a") as f:  # options inherit from suite.config.Frozen
+        f.write("# an edit\n")
+    assert recorded_entries("embeddings") is None
+
+
+def test_listing_imports_neither_torch_nor_mlflow_nor_pandas(tmp_path: Path) -> None:
     code = (
         "import sys; from suite.cli import main; main(['list', '--json']);"
         "heavy = [m for m in ('torch', 'fbgemm_gpu', 'mlflow', 'pandas', 'numpy') "
         "if m in sys.modules]; sys.stderr.write(repr(heavy))"
     )
-    env = {**os.environ, "RECSUITE_CATALOG_CACHE": "0"}  # the cold path: read every source
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env=env
-    )
+    # the first listing reads any kind whose record is stale from its registry, and caches it
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+            env=env,
+        )
     assert out.stderr.strip().endswith("[]"), out.stderr
     data = json.loads(out.stdout)
     assert set(data) == {*KINDS, "presets"}
@@ -98,19 +139,18 @@ def test_two_patterns_are_one_clear_error(capsys: pytest.CaptureFixture[str]) ->
     assert "one name pattern" in capsys.readouterr().err
 
 
-def test_cached_listing_equals_a_fresh_reading(
+def test_a_stale_kind_is_read_from_its_registry_and_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from suite import catalog as module
-
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("RECSUITE_CATALOG_CACHE", raising=False)
-    first = module.catalog()
-    path = module._cache_file()
-    assert path is not None and path.is_file() and path.is_relative_to(tmp_path)
-    assert module._read_cache(path) == first == module.catalog()
-    path.write_text("{not json")  # a damaged cache is read again from the sources
-    assert module.catalog() == first
+    fresh = module.catalog(["models"])
+    monkeypatch.setattr(module, "INDEX_FILE", tmp_path / "missing.json")  # as if stale
+    assert module.catalog(["models"]) == fresh
+    path = max((tmp_path / "recsuite" / "catalog").glob("models-*.json"), key=os.path.getmtime)
+    assert module._cached_entries("models") == fresh["models"]
+    path.write_text("{not json")  # a damaged cache is read again from the registry
+    assert module.catalog(["models"]) == fresh
 
 
 def test_help_imports_no_heavy_library() -> None:

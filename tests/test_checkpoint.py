@@ -178,7 +178,7 @@ def test_disk_full_during_a_write_keeps_the_previous_checkpoint(
     config = tiny_config(overrides=["train.max_steps=12"])
     data, model, written = _trained(config, tmp_path / "d", CheckpointPolicy(), every=6)
     assert [w.seq for w in written] == [1, 2]
-    real = ck.write_tensors
+    real = ck.store.write_tensors
 
     def full_disk(tensors, directory):  # noqa: ANN001, ANN202
         real(tensors, directory)  # the files are there, half of one is lost
@@ -186,7 +186,7 @@ def test_disk_full_during_a_write_keeps_the_previous_checkpoint(
         victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ck, "write_tensors", full_disk)
+    monkeypatch.setattr(ck.store, "write_tensors", full_disk)
     model2 = build_model(config, data)
     root = tmp_path / "d"
     with Checkpointer(root, _identity(config, data.fingerprint), Interval(steps=3)) as c:
@@ -197,7 +197,7 @@ def test_disk_full_during_a_write_keeps_the_previous_checkpoint(
     assert "\n" not in message and "No space left on device" in message
     assert "ckpt-000002 is intact" in message
     assert not list(root.glob(".tmp-*")) and not (root / "ckpt-000003").exists()
-    monkeypatch.setattr(ck, "write_tensors", real)
+    monkeypatch.setattr(ck.store, "write_tensors", real)
     _, loop = _restored(config, data, root)
     assert loop is not None and loop.step == 12
 

@@ -8,7 +8,9 @@ import numpy as np
 
 from suite.embeddings.budget import built_bytes, full_bytes
 from suite.reproduce.curve import rank_budget, rank_curve, ties_with_best, which_method_when
-from suite.reproduce.runner import RunRecord, judge, needed_runs, plan_jobs, plan_runs
+from suite.reproduce.judge import judge
+from suite.reproduce.outcome import RunRecord
+from suite.reproduce.plan import needed_runs, plan_jobs, plan_runs
 from suite.reproduce.spec import ReproductionSpec, load_spec
 
 DATA = {"train_rows": 2000, "val_rows": 500, "test_rows": 500}

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import suite.data.duplicates as duplicates
 import suite.data.pipeline as pipeline
 from suite.cli import main
 from suite.config import build_config
@@ -194,7 +195,7 @@ def test_duplicates_are_counted_warned_and_dropped(
     monkeypatch: pytest.MonkeyPatch,
     search_below: float,
 ) -> None:
-    monkeypatch.setattr(pipeline, "SEARCH_REPEATS_BELOW", search_below)
+    monkeypatch.setattr(duplicates, "SEARCH_REPEATS_BELOW", search_below)
     distinct = criteo_lines(90, seed=3)
     assert len(set(distinct)) == 90
     raw = write(tmp_path / "train.txt", [line for line in distinct for _ in range(12)])
@@ -239,7 +240,7 @@ def test_duplicates_are_counted_warned_and_dropped(
 
 
 def test_row_hashes_tell_rows_apart_by_any_one_value() -> None:
-    from suite.data.pipeline import row_hashes
+    from suite.data.duplicates import row_hashes
 
     rng = np.random.default_rng(0)
     n, num_dense, num_sparse = 400, 3, 4
@@ -523,7 +524,7 @@ def test_spill_in_memory_on_files_or_both_prepares_the_same(
             return prepare_avazu(raw, "by-day")
 
     spilled: dict[str, list[int]] = {}
-    original = pipeline._Spill.add
+    original = pipeline.Spill.add
     widths = itertools.cycle([np.uint8, np.uint16, np.uint32, np.uint16])
     narrow = pipeline.shifted_ids
 
@@ -537,7 +538,7 @@ def test_spill_in_memory_on_files_or_both_prepares_the_same(
         return narrow(local, num_keys).astype(next(widths))
 
     elided: dict[str, list[bool]] = {}
-    monkeypatch.setattr(pipeline._Spill, "add", add)
+    monkeypatch.setattr(pipeline.Spill, "add", add)
     monkeypatch.setattr(pipeline, "shifted_ids", shifted_ids)
     results = {}
     for budget_name, budget in [("memory", 1 << 40), ("files", 0), ("both", 6000)]:
@@ -647,6 +648,6 @@ def test_repeated_hashes_marks_exactly_the_rows_whose_hash_recurs(repeats: int) 
     hashes[copies[:, 0]] = hashes[copies[:, 1]]
     values, counts = np.unique(hashes, return_counts=True)
     expected = np.isin(hashes, values[counts > 1])
-    marked = pipeline._repeated_hashes(hashes)
+    marked = duplicates._repeated_hashes(hashes)
     # many repeats: every row goes to the exact sort (a superset is still exact)
     assert (marked == expected).all() or (repeats == 5000 and marked.all())

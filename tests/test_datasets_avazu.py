@@ -10,7 +10,7 @@ import pytest
 from suite.config import build_config
 from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
-from suite.datasets.synthetic import AVAZU_FIELDS
+from suite.datasets.avazu import AVAZU_FIELDS
 from suite.errors import DataError
 
 HEADER = (

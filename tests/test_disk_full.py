@@ -158,7 +158,7 @@ def test_checkpoint_that_outgrows_the_disk_leaves_no_tmp_directory(small_fs: Pat
     checkpoints = Checkpointer(small_fs / "ckpt", {"config_hash": "h", "data_fingerprint": "f"})
     tensors = {f"t{i}": torch.zeros(256) for i in range(200)}  # 200 KiB of data
     with pytest.raises(DiskFullError) as caught:
-        checkpoints._publish("best-000000001", tensors, {"kind": "best"})
+        checkpoints.store.publish("best-000000001", tensors, {"kind": "best"})
     checkpoints.close()
     message = str(caught.value)
     assert "\n" not in message

@@ -18,11 +18,12 @@ from mlflow.tracking import MlflowClient
 
 from suite.data.loader import BatchLoader
 from suite.data.prepared import SplitArrays
-from suite.engine.distributed import constraints
+from suite.engine.distributed import check_distributed
 from suite.engine.parallel import Parallel, gather_to_file, spawn_gloo
+from suite.engine.planning import constraints
 from suite.errors import ConfigError
 from suite.runs.launch import torchrun_command, without_nproc
-from suite.runs.single import check_distributed, execute
+from suite.runs.single import execute
 from tests.conftest import tiny_config, tracking_uri
 from tests.test_resume import _finish, _suite
 
@@ -195,7 +196,7 @@ def test_methods_that_cannot_shard_are_refused_before_any_process_starts(
     assert code == 2
     assert err == [
         "error: embedding.name=fiited cannot run sharded: its storage is not table-batched "
-        "physical tables (sharded methods: full, hash, qr, mixed_dim)"
+        "physical tables (sharded methods: full, hash, mixed_dim, qr)"
     ]
 
 
@@ -317,7 +318,13 @@ def _train_stop_resume(rank: int, world: int, root: str, out: str) -> None:
 
         try:
             outcome = train(
-                model, data, config.train, config.seed, cpu, None, stop, checkpoints, parallel
+                model,
+                data,
+                config.train,
+                config.seed,
+                cpu,
+                on_validation=stop,
+                checkpoints=checkpoints,
             )
         except _Stop:
             checkpoints.close()  # type: ignore[union-attr]
@@ -456,7 +463,7 @@ def _due_by_the_clock(rank: int, world: int, root: str, out: str) -> None:
     from suite.engine.checkpoint import Checkpointer, Interval
 
     checkpoints = Checkpointer(
-        Path(root) / f"rank-{rank}", {}, Interval(seconds=60.0), parallel=Parallel(rank, world)
+        Path(root) / f"rank-{rank}", {}, Interval(seconds=60.0), ranks=Parallel(rank, world)
     )
     if rank == 0:  # this rank's clock says a minute has passed, the other's does not
         checkpoints._last_time -= 120

@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.colors import to_hex
 
 from suite.data.access import REUSE_LABELS, AccessStream, reuse_histogram
+from suite.data.access_plots import reuse_figure
 from suite.figures import (
     BACKBONE_COLORS,
     EMBEDDING_COLORS,
@@ -28,7 +29,6 @@ from suite.reproduce.plots import Family, auc_vs_bytes_figure, scaling_figure
 from suite.stats import MIN_R2, fit_scaling
 from suite.studies import load_study_spec
 from suite.studies.report import front_figure
-from suite.tasks.access_plots import reuse_figure
 from suite.tasks.checkpoint import bytes_figure
 from suite.tasks.scaling import fit_power_law
 from suite.tasks.scaling import scaling_figure as task_scaling_figure

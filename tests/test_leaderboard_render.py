@@ -18,7 +18,6 @@ from suite.leaderboard.render import (
     Item,
     board_rows,
     csp_hash,
-    format_interval,
     format_p,
     groups,
     json_for_script,
@@ -244,12 +243,15 @@ def test_render_shows_labels_units_and_fewer_columns() -> None:
 
 
 def test_intervals_show_significant_digits() -> None:
+    from suite.leaderboard.board import metric_cell
+    from suite.results import MetricSpec
     from suite.stats import Interval
 
-    assert format_interval(Interval(0.711, 0.711 - 4e-5, 0.711 + 4e-5, 3)) == "0.711000 ± 0.000040"
-    assert format_interval(Interval(0.7193, 0.7120, 0.7266, 3)) == "0.7193 ± 0.0073"
-    assert format_interval(Interval(0.5, 0.5, 0.5, 3)) == "0.5000"
-    assert format_interval(Interval(6735.0, 6210.0, 7260.0, 3), thousands=True) == "6,735 ± 525"
+    auc, rate = MetricSpec("test_auc", True, "AUC"), MetricSpec("r", True, "R", "samples/s")
+    assert metric_cell(auc, Interval(0.711, 0.711 - 4e-5, 0.711 + 4e-5, 3)) == "0.711000 ± 0.000040"
+    assert metric_cell(auc, Interval(0.7193, 0.7120, 0.7266, 3)) == "0.7193 ± 0.0073"
+    assert metric_cell(auc, Interval(0.5, 0.5, 0.5, 3)) == "0.5000"
+    assert metric_cell(rate, Interval(6735.0, 6210.0, 7260.0, 3)) == "6,735 ± 525"
     # a board entry whose seeds barely differ is not shown as "± 0.0000"
     sub = make_submission("Ada", auc=0.74)
     seeds = [

@@ -3,6 +3,9 @@ the declarations instead of guessing from metric names."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from suite.leaderboard.metrics import primary_metric, required_metrics, spec_for
@@ -11,6 +14,8 @@ from suite.results import MetricSpec, directions, find_metric
 from suite.runs.single import execute
 from suite.tasks.base import TaskOutput
 from tests.conftest import tiny_config
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
 @pytest.mark.parametrize("task", TASKS.names())
@@ -65,19 +70,63 @@ def test_the_leaderboard_reads_the_declarations() -> None:
     )
 
 
-def test_task_results_take_directions_from_the_declarations() -> None:
-    """A direction the task's output got wrong is corrected by its declaration; a metric
-    it does not declare keeps the output's."""
-    task = TASKS.get("memory")
-    output = TaskOutput(
-        {"compression_ratio": 4.0, "embedding_bytes": 10.0, "extra": 1.0},
-        {"compression_ratio": False, "embedding_bytes": True, "extra": True},
-    )
-    assert task.higher_is_better(output) == {
+def test_task_results_take_directions_from_the_declarations_alone() -> None:
+    """A task's output carries figures only; each direction comes from its declaration,
+    a family's pattern resolving names with parameters, and an undeclared name is an error."""
+    output = TaskOutput({"compression_ratio": 4.0, "embedding_bytes": 10.0})
+    assert TASKS.get("memory").higher_is_better(output) == {
         "compression_ratio": True,
         "embedding_bytes": False,
-        "extra": True,
     }
+    assert TASKS.get("tiered").directions(["hbm_dram/batch_lookup_ms", "a/top_tier_share"]) == {
+        "hbm_dram/batch_lookup_ms": False,
+        "a/top_tier_share": True,
+    }
+    with pytest.raises(ValueError, match="'extra' is not declared"):
+        TASKS.get("memory").directions(["extra"])
+
+
+def recorded_results() -> dict[str, list[dict]]:
+    """The results stored under ``results/`` (reproductions, studies), by task."""
+    found: dict[str, list[dict]] = {}
+    for path in sorted(RESULTS.rglob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and {"task", "metrics", "higher_is_better"} <= set(data):
+            found.setdefault(data["task"], []).append(data)
+    return found
+
+
+# tasks no stored result covers: each runs once, tiny, in the test below
+UNRECORDED = {
+    "memory": [],
+    "scaling": ["task.options.presets=[dlrm-xs,dlrm-s,dlrm-m]", "task.options.plot=false"],
+    "throughput": [
+        "task.options.batch_sizes=[64]",
+        "task.options.warmup_steps=1",
+        "task.options.measure_steps=2",
+    ],
+}
+
+
+def test_every_task_is_checked_for_directions() -> None:
+    assert set(recorded_results()) | set(UNRECORDED) >= set(TASKS.names())
+
+
+def test_stored_results_keep_the_directions_the_declarations_give() -> None:
+    """Every metric of every stored result gets its direction from its task's declarations,
+    the same direction the result recorded."""
+    for task, results in recorded_results().items():
+        for result in results:
+            directions = TASKS.get(task).directions(result["metrics"])
+            assert directions == result["higher_is_better"], (task, result["config_hash"])
+
+
+@pytest.mark.parametrize("task", sorted(UNRECORDED))
+def test_a_run_of_each_task_gets_every_direction_from_its_declarations(task: str) -> None:
+    overrides = ["train.max_steps=2", *UNRECORDED[task]]
+    result = execute(tiny_config(task=task, overrides=overrides))
+    assert result.metrics and set(result.higher_is_better) == set(result.metrics)
+    assert result.higher_is_better == TASKS.get(task).directions(result.metrics)
 
 
 def test_an_accuracy_run_reports_only_declared_metrics() -> None:

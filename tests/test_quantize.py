@@ -8,14 +8,13 @@ import torch
 from suite.data.loader import BatchLoader
 from suite.data.source import get_prepared
 from suite.embeddings.base import ComposedEmbedding
-from suite.embeddings.quantize import quantize_embedding
+from suite.embeddings.quantize import quantizable_methods, quantize_embedding
 from suite.engine.build import build_model
 from suite.errors import ConfigError
-from suite.registry import EMBEDDINGS
 from suite.runs.single import execute
 from tests.conftest import TINY_DATA, tiny_config
 
-COMPOSED = [n for n in EMBEDDINGS.names() if issubclass(EMBEDDINGS.get(n), ComposedEmbedding)]
+COMPOSED = quantizable_methods()
 
 
 @pytest.fixture(scope="module")

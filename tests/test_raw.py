@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite.data.raw import BOM, SourceInfo, _Block, _count_newlines, _file_pieces, _line_blocks
+from suite.data.text_blocks import (
+    BOM,
+    Block,
+    SourceInfo,
+    _count_newlines,
+    _file_pieces,
+    line_blocks,
+)
 
 
 def _text(rng: random.Random, lines: int) -> bytes:
@@ -39,10 +46,10 @@ def test_blocks_hold_every_line_once_in_order(
     path.write_bytes(data)
 
     info = SourceInfo(path.name)
-    items = list(_line_blocks(path, block_bytes, header, info))
+    items = list(line_blocks(path, block_bytes, header, info))
     assert items[0] == head
     blocks = items[1:]
-    assert all(isinstance(b, _Block) and bytes(b.data).endswith(b"\n") for b in blocks)
+    assert all(isinstance(b, Block) and bytes(b.data).endswith(b"\n") for b in blocks)
     assert b"".join(bytes(b.data) for b in blocks) == body
     row = 0
     for block in blocks:  # positions follow on from block to block
@@ -59,7 +66,7 @@ def test_a_line_longer_than_a_block_is_kept_whole(tmp_path: Path) -> None:
     text = b"short\n" + b"y" * 10_000 + b"\nend\n"
     path = tmp_path / "long.txt"
     path.write_bytes(text)
-    blocks = list(_line_blocks(path, 16, False, SourceInfo(path.name)))[1:]
+    blocks = list(line_blocks(path, 16, False, SourceInfo(path.name)))[1:]
     assert [bytes(b.data) for b in blocks] == [b"short\n", b"y" * 10_000 + b"\n", b"end\n"]
 
 

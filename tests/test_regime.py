@@ -11,8 +11,8 @@ import pytest
 from suite.config import build_config
 from suite.data.access import AccessStream
 from suite.data.source import get_prepared
-from suite.data.synthetic import draw_like_a_sample, kaggle_cardinalities
-from suite.datasets.synthetic import (
+from suite.data.teacher import draw_like_a_sample, kaggle_cardinalities
+from suite.datasets.criteo import (
     CRITEO_CARDINALITIES,
     CRITEO_KAGGLE_ZIPF,
     KAGGLE_EXAMPLES_PER_ROW,

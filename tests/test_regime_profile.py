@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from suite.reproduce.claims import ClaimOutcome
+from suite.reproduce.outcome import PaperOutcome, Reproduction
+from suite.reproduce.plan import run_config
 from suite.reproduce.regime_report import across_counts, render_regime_report, verdict_rows
 from suite.reproduce.regimes import (
     PROFILE,
@@ -21,7 +23,7 @@ from suite.reproduce.regimes import (
     regime_jobs,
     reproduce_regimes,
 )
-from suite.reproduce.runner import PaperOutcome, Reproduction, reproduce, run_config
+from suite.reproduce.runner import reproduce
 from suite.reproduce.spec import list_specs, load_spec
 from suite.reproduce.store import RUNS_DIR
 from suite.reproduce.tuning import TUNED_ENV

@@ -309,7 +309,7 @@ CHECKED_IN = REPO / "results" / "quick" / "REPORT.md"
 
 
 def test_checked_in_quick_report_covers_every_quick_claim() -> None:
-    from suite.reproduce.runner import select_specs, selected_claims
+    from suite.reproduce.plan import select_specs, selected_claims
 
     report = CHECKED_IN.read_text()
     if "empirical claims" not in report.split("\n## ", 1)[0]:
@@ -347,7 +347,7 @@ def test_checked_in_quick_report_is_what_the_code_produces(tmp_path: Path) -> No
 
 
 def test_family_members_are_ordinary_accuracy_runs() -> None:
-    from suite.reproduce.runner import run_config
+    from suite.reproduce.plan import run_config
 
     spec = load_spec("wukong")
     preset = run_config(spec, "full", "dcnv2/l", {})
@@ -359,7 +359,7 @@ def test_family_members_are_ordinary_accuracy_runs() -> None:
 
 
 def test_a_config_several_papers_share_trains_once_with_every_role() -> None:
-    from suite.reproduce.runner import plan_runs, select_specs
+    from suite.reproduce.plan import plan_runs, select_specs
 
     specs = select_specs(["qr", "mixed_dim", "fiited", "dlrm"], "quick")
     planned, where = plan_runs(specs, "quick", None, {})
@@ -460,13 +460,9 @@ def _memsys_reproduction(speedups: list[float]):  # noqa: ANN202
     """The memsys claims on an int8 serving speed-up (a timing) and on memory cost (not),
     judged on given per-seed figures of the spec's real run configs."""
     from suite.environment import environment
-    from suite.reproduce.runner import (
-        Reproduction,
-        RunRecord,
-        judge,
-        plan_runs,
-        select_specs,
-    )
+    from suite.reproduce.judge import judge
+    from suite.reproduce.outcome import Reproduction, RunRecord
+    from suite.reproduce.plan import plan_runs, select_specs
     from suite.results import TaskResult
 
     claim_ids = ["int8-serves-more", "scm-cheaper-than-dram"]

@@ -258,7 +258,7 @@ def _timed(created: str, duration_s: float) -> TaskResult:
 
 
 def test_training_wall_time_counts_overlapping_jobs_once_and_resumed_stretches_apart() -> None:
-    from suite.reproduce.runner import training_wall_s
+    from suite.reproduce.outcome import training_wall_s
 
     two_workers = [  # 10:00:00-10:01:40 and 10:00:30-10:02:00 overlap: 120 s of wall time
         _timed("2026-01-01T10:01:40+00:00", 100.0),

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torchrec", reason="torchrec is installed by the nox sessions")
 
-from suite.datasets.synthetic import CRITEO_CARDINALITIES  # noqa: E402
+from suite.datasets.criteo import CRITEO_CARDINALITIES  # noqa: E402
 from suite.runs.single import execute  # noqa: E402
 from tests.conftest import tiny_config  # noqa: E402
 

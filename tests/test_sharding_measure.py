@@ -60,7 +60,7 @@ def test_dmp_placed_each_table_where_the_plan_said(result) -> None:  # noqa: ANN
 def test_every_sharding_type_runs_on_two_ranks() -> None:
     import numpy as np
 
-    from suite.tasks.sharding_measure import measure_plans
+    from suite.engine.sharding_measure import measure_plans
 
     kinds = {
         "t0": ("table_wise", [1]),

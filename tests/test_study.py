@@ -30,8 +30,9 @@ from suite.studies import load_study_spec, run_study
 from suite.studies.report import pareto_front
 from suite.studies.spec import StudySpec
 from suite.studies.storage import open_storage
-from suite.studies.tracking import PARENT_TAG, STUDY_TAG, TRIAL_STATE_TAG, TRIAL_TAG, client_for
+from suite.studies.tracking import PARENT_TAG, STUDY_TAG, TRIAL_STATE_TAG, TRIAL_TAG
 from suite.studies.worker import METRICS_ATTR, worker_seed
+from suite.tracking import client_for
 from tests.conftest import TINY_DATA
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from suite.tracking import URI_HELP
+
 if TYPE_CHECKING:  # the config (pydantic) loads when a command runs, not for --help
     from suite.config import RunConfig
 
@@ -65,7 +67,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     device.config_key = "device"  # type: ignore[attr-defined]
     parser.add_argument(
         "--tracking-uri",
-        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///./mlruns/mlflow.db)",
+        help=URI_HELP,
     )
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     add_set_argument(

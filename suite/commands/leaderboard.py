@@ -28,7 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.set_defaults(handler=lambda args: _help(parser))
     sub = parser.add_subparsers(dest="leaderboard_command", metavar="SUBCOMMAND")
+    for add in (_add_validate, _add_verify, _add_render, _add_fingerprints):
+        add(sub)
 
+
+def _add_validate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "validate",
         help="check submission files",
@@ -40,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _board_arg(p)
     p.set_defaults(handler=handle_validate)
 
+
+def _add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify",
         help="re-run a recorded seed and compare its metrics",
@@ -67,6 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(handler=handle_verify)
 
+
+def _add_render(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "render",
         help="write leaderboard/README.md and index.html from the submissions",
@@ -82,6 +90,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(handler=handle_render)
 
+
+def _add_fingerprints(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fingerprints",
         help="show or update leaderboard/fingerprints.yaml",

@@ -1,7 +1,8 @@
 """``suite list``: every registry entry with its options and defaults, presets, dataset
 protocols and prepared status; a glob filter and ``--json``.
 
-Read through :mod:`suite.catalog`, so it answers without importing torch.
+Read through :mod:`suite.catalog` (the registries' lazy registrations), so it answers
+without importing torch.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ import fnmatch
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.commands.common import ConfigDefaultsFormatter
 from suite.errors import ConfigError
+from suite.registry import ALL_REGISTRIES
 
-KINDS = ["models", "embeddings", "datasets", "tasks", "presets"]
+if TYPE_CHECKING:
+    from suite.config import DatasetSpec
+
+KINDS = [*ALL_REGISTRIES, "presets"]
 DESCRIPTION_WIDTH = 100
 """Columns an entry's description wraps at in text output (words are never cut)."""
 ALIASES = {"embedding-methods": "embeddings", "methods": "embeddings", "backbones": "models"}
@@ -104,12 +109,24 @@ def listing(kinds: list[str], pattern: str = "*", cache_dir: str | None = None) 
 
 def prepared_status(entry: Any, cache_dir: str | None) -> dict[str, Any]:
     """Whether the dataset's default config is prepared, and which caches exist."""
-    from suite.catalog import prepared_dir_of
-
     default = prepared_dir_of(entry.name, entry.default_protocol, entry.defaults(), cache_dir)
     root = default.parent
     caches = sorted(p.parent.name for p in root.glob("*/manifest.json"))
     return {"default": (default / "manifest.json").is_file(), "caches": caches, "root": str(root)}
+
+
+def prepared_dir_of(
+    dataset: str, protocol: str | None, options: dict[str, Any], cache_dir: str | None = None
+) -> Path:
+    """Where the prepared cache of this dataset config lives (``suite.data.location``'s
+    rule, which needs no numpy)."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from suite.data.location import prepared_dir
+
+    fields = SimpleNamespace(name=dataset, protocol=protocol, options=options, cache_dir=cache_dir)
+    return prepared_dir(cast("DatasetSpec", fields))  # the fields it reads, unvalidated
 
 
 def no_match_message(pattern: str, kinds: list[str], cache_dir: str | None) -> str:

@@ -24,20 +24,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from mlflow.tracking import MlflowClient
-
     from suite.commands.run import print_result
     from suite.config import load_yaml, validate_config
     from suite.engine.parallel import launched_by_torchrun
     from suite.runs.single import execute
-    from suite.tracking import resolve_tracking_uri
+    from suite.tracking import RunStore, resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)
-    client = MlflowClient(tracking_uri=uri)
+    store = RunStore(uri)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = client.download_artifacts(args.run_id, "config.yaml", tmp)
-            world = int(client.get_run(args.run_id).data.tags.get("suite.world_size", "1"))
+            path = store.download(args.run_id, "config.yaml", tmp)
+            world = int(store.run(args.run_id).data.tags.get("suite.world_size", "1"))
         except Exception as exc:  # unknown run, unreachable store, no config artifact
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise SuiteError(

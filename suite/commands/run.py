@@ -63,9 +63,9 @@ def handle(args: argparse.Namespace) -> int:
                 raise ConfigError(
                     f"--nproc-per-node: expected 1 or more, got {args.nproc_per_node}"
                 )
+            from suite.engine.distributed import check_distributed
             from suite.engine.parallel import Parallel
             from suite.runs.launch import relaunch
-            from suite.runs.single import check_distributed
 
             check_distributed(config, Parallel(0, args.nproc_per_node))
             return relaunch(args.argv, args.nproc_per_node)
@@ -144,7 +144,7 @@ def print_result(result) -> None:  # noqa: ANN001
 def print_plots(result, label: str = "") -> None:  # noqa: ANN001
     """One line naming the figures the run drew (with tracking on, also in its MLflow run
     under plots/)."""
-    from suite.runs.single import plot_paths
+    from suite.runs.record import plot_paths
 
     paths = plot_paths(result.details)
     if paths:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from suite.tracking import URI_HELP
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     clean.add_argument(
         "--tracking-uri",
-        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///./mlruns/mlflow.db)",
+        help=URI_HELP,
     )
     clean.set_defaults(handler=handle_clean)
 

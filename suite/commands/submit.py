@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from suite.leaderboard import LEADERBOARD_DIR
+from suite.tracking import URI_HELP
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--notes", help="short notes shown with the entry (1000 characters)")
     parser.add_argument(
         "--tracking-uri",
-        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///./mlruns/mlflow.db)",
+        help=URI_HELP,
     )
     parser.add_argument(
         "--leaderboard-dir",

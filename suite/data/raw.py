@@ -18,35 +18,26 @@ UTF-8 byte order mark at the start of a file is skipped, with or without a heade
 
 from __future__ import annotations
 
-import hashlib
-import queue
 import re
-import threading
-import weakref
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from suite.data.prefetch import prefetch
+from suite.data.text_blocks import BOM, Block, SourceInfo, line_blocks
 from suite.errors import DataError
 
 BLOCK_BYTES = 32 << 20
 """Target size of one parsed block of text (whole lines)."""
-READ_BYTES = 8 << 20
-"""Compressed bytes read at a time from a gzip file (a plain file is read a block at a
-time, straight into the block's buffer)."""
 MAX_EXAMPLES = 20
 """Bad rows described in the manifest (all are counted)."""
 
 OnBadRows = Literal["error", "skip"]
-BOM = b"\xef\xbb\xbf"
-"""A UTF-8 byte order mark, dropped from the start of every file (with a header or not)."""
-NEWLINE = ord("\n")
 
 
 def find_file(raw: Path, names: tuple[str, ...]) -> Path:
@@ -187,27 +178,6 @@ class Parsed:
         self.table = self.table.filter(pa.array(keep))
 
 
-@dataclass
-class SourceInfo:
-    """What the manifest records of one raw file: name, size, sha256 and data rows."""
-
-    name: str
-    bytes: int = 0
-    sha256: str = ""
-    rows: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "bytes": self.bytes, "sha256": self.sha256, "rows": self.rows}
-
-
-@dataclass
-class _Block:
-    first_line: int
-    first_row: int
-    data: bytes | memoryview
-    lines: int
-
-
 class RawReader:
     """Reads raw files for one prepare; keeps their ``SourceInfo`` and the bad-row count.
 
@@ -242,7 +212,7 @@ class RawReader:
         info = info or SourceInfo(path.name)
         self.sources.append(info)
         has_header = callable(fmt) or fmt.header
-        blocks = prefetch(lambda: _line_blocks(path, self.block_bytes, has_header, info))
+        blocks = prefetch(lambda: line_blocks(path, self.block_bytes, has_header, info))
         try:  # a bad block's error must not keep the reader thread alive in its traceback
             header = next(blocks)
             if has_header:
@@ -251,7 +221,7 @@ class RawReader:
             assert isinstance(fmt, TextFormat)
             seen = False
             for block in blocks:
-                assert isinstance(block, _Block)
+                assert isinstance(block, Block)
                 seen = True
                 yield self._parse(str(path), block, fmt)
             if not seen:
@@ -259,7 +229,7 @@ class RawReader:
         finally:
             blocks.close()
 
-    def _parse(self, origin: str, block: _Block, fmt: TextFormat) -> Parsed:
+    def _parse(self, origin: str, block: Block, fmt: TextFormat) -> Parsed:
         data = (
             block.data
             if fmt.separator is None
@@ -420,266 +390,15 @@ def _check_header(
     return fmt
 
 
-def _line_blocks(
-    path: Path, block_bytes: int, header: bool, info: SourceInfo
-) -> Iterator[bytes | _Block]:
-    """The header line (``b""`` when there is none), then blocks of whole lines.
-
-    Hashes the raw bytes into ``info`` as it reads; decompresses gzip (all members).
-    """
-    digest = hashlib.sha256()
-    line = 1
-    row = 0
-    header_seen = not header
-    sizes = [0]
-
-    def emit(data: bytes | memoryview) -> Iterator[bytes | _Block]:
-        nonlocal line, row, header_seen
-        if not header_seen:
-            cut = _next_newline(data, 0) + 1
-            yield bytes(data[:cut])
-            header_seen = True
-            data = data[cut:]
-            line += 1
-        start = 0
-        while start < len(data):  # blocks of about block_bytes, cut after a newline
-            stop = _next_newline(data, start + block_bytes - 1) + 1
-            stop = len(data) if stop == 0 or len(data) - stop < block_bytes // 4 else stop
-            piece = data[start:stop] if start or stop < len(data) else data
-            count = _count_newlines(piece)
-            yield _Block(line, row, piece, count)
-            line += count
-            row += count
-            start = stop
-
-    if not header:
-        yield b""
-    with open(path, "rb") as handle:
-        gz = handle.read(2) == b"\x1f\x8b"
-        handle.seek(0)
-        pieces = (
-            _inflated_pieces(handle, path, block_bytes, digest, sizes)
-            if gz
-            else _file_pieces(handle, block_bytes, digest, sizes)
-        )
-        at_start = True
-        for piece in pieces:
-            if at_start:  # a UTF-8 byte order mark is not data
-                piece = piece[len(BOM) :] if piece[: len(BOM)] == BOM else piece
-                at_start = False
-            if piece[-1:] == b"\n":
-                yield from emit(piece)
-            elif bytes(piece).strip(b"\r\n"):  # the last line lacks its line break
-                yield from emit(bytes(piece) + b"\n")
-            elif piece and not header_seen:
-                yield from emit(bytes(piece))
-    if not header_seen:
-        raise DataError(f"{path}: empty file (no header)")
-    info.bytes = sizes[0]
-    info.sha256 = digest.hexdigest()
-    info.rows = row
-
-
-def _file_pieces(
-    handle: BinaryIO, block_bytes: int, digest: Any, sizes: list[int]
-) -> Iterator[bytes | memoryview]:
-    """An uncompressed file in pieces of whole lines (the last may lack its line break).
-
-    Each piece is read straight into a buffer behind the previous piece's unfinished
-    line, so the text is copied once, by the read. The buffers are used again once the
-    pieces cut from them are gone, so their pages are not faulted in afresh for every
-    block; a new one is left uninitialised, first touched by the read, without the GIL.
-    """
-    buffers = _BufferPool()
-    carry = b""
-    while True:
-        buffer = buffers.take(len(carry) + block_bytes)
-        buffer[: len(carry)] = np.frombuffer(carry, dtype=np.uint8)
-        view = memoryview(buffer)
-        got = handle.readinto(view[len(carry) :])
-        if not got:
-            if carry:
-                yield carry
-            return
-        digest.update(view[len(carry) : len(carry) + got])
-        sizes[0] += got
-        end = len(carry) + got
-        cut = _last_newline(buffer[:end]) + 1
-        carry = buffer[cut:end].tobytes()
-        if cut:  # else one line is longer than the buffer: read on behind it
-            yield view[:cut]
-        del buffer, view  # the pool may hand it out again once its pieces are gone
-
-
-class _BufferPool:
-    """Block buffers used again once nothing refers to them.
-
-    A fresh buffer's pages are zeroed by the kernel when first touched, which cost as
-    much as reading the text into them. Each buffer is handed out as a view of it; the
-    pieces cut from that view keep it alive, so a buffer is free again exactly when its
-    view is gone (a weak reference says so, whoever held the pieces).
-    """
-
-    def __init__(self, keep: int = 8) -> None:
-        self._keep = keep
-        self._entries: list[tuple[np.ndarray, weakref.ref[np.ndarray]]] = []
-
-    def take(self, size: int) -> np.ndarray:
-        """A writable uint8 ``[size]`` array nobody else holds (contents undefined)."""
-        for i, (buffer, handed) in enumerate(self._entries):
-            if handed() is None and len(buffer) >= size:
-                view = buffer[:size]
-                self._entries[i] = (buffer, weakref.ref(view))
-                return view
-        buffer = np.empty(size + size // 8, dtype=np.uint8)  # room for a longer carry
-        view = buffer[:size]
-        if len(self._entries) < self._keep:
-            self._entries.append((buffer, weakref.ref(view)))
-        return view
-
-
-def _next_newline(data: bytes | memoryview, start: int) -> int:
-    """Index of the first ``\\n`` at or after ``start``, or -1 (numpy: no GIL held)."""
-    text = np.frombuffer(data, dtype=np.uint8)
-    window = 1 << 16
-    while start < len(text):
-        hits = np.flatnonzero(text[start : start + window] == NEWLINE)
-        if len(hits):
-            return start + int(hits[0])
-        start += window
-        window *= 2
-    return -1
-
-
-def _count_newlines(data: bytes | memoryview, window: int = 1 << 18) -> int:
-    """How many ``\\n`` ``data`` holds. Compared a window at a time into one small buffer:
-    a block-sized temporary costs more in the kernel's zeroing of its fresh pages than
-    the comparison itself."""
-    text = np.frombuffer(data, dtype=np.uint8)
-    hits = np.empty(min(window, len(text)), dtype=bool)
-    count = 0
-    for start in range(0, len(text), window):
-        part = text[start : start + window]
-        found = hits[: len(part)]
-        np.equal(part, NEWLINE, out=found)
-        count += int(np.count_nonzero(found))
-    return count
-
-
-def _last_newline(text: np.ndarray) -> int:
-    """Index of the last ``\\n`` in ``text`` (uint8), or -1."""
-    stop, window = len(text), 1 << 16
-    while stop > 0:
-        start = max(0, stop - window)
-        hits = np.flatnonzero(text[start:stop] == NEWLINE)
-        if len(hits):
-            return start + int(hits[-1])
-        stop = start
-        window *= 2
-    return -1
-
-
-def _inflated_pieces(
-    handle: BinaryIO, path: Path, block_bytes: int, digest: Any, sizes: list[int]
-) -> Iterator[bytes]:
-    """A gzip file's text (all members) in pieces of whole lines of at least
-    ``block_bytes`` (the last may be shorter and lack its line break)."""
-    inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
-    pending: list[bytes] = []
-    pending_bytes = 0
-    lines = 0  # in the pieces given out
-    while True:
-        raw = handle.read(READ_BYTES)
-        if not raw:
-            break
-        digest.update(raw)
-        sizes[0] += len(raw)
-        try:
-            data = inflater.decompress(raw)
-            while inflater.eof and inflater.unused_data:  # a further gzip member
-                rest = inflater.unused_data
-                inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
-                data += inflater.decompress(rest)
-        except zlib.error as exc:
-            raise DataError(
-                f"{path}: corrupt gzip stream after line {lines + _lines(pending)} ({exc})"
-            ) from None
-        if not data:
-            continue
-        pending.append(data)
-        pending_bytes += len(data)
-        if pending_bytes >= block_bytes:
-            joined = b"".join(pending)
-            cut = joined.rfind(b"\n") + 1
-            pending = [joined[cut:]] if cut < len(joined) else []
-            pending_bytes = len(joined) - cut
-            if cut:
-                lines += joined.count(b"\n", 0, cut)
-                yield joined[:cut]
-    if not inflater.eof:
-        raise DataError(
-            f"{path}: truncated gzip stream: the file ends inside line "
-            f"{lines + 1 + _lines(pending)}; download it again"
-        )
-    if pending:
-        yield b"".join(pending)
-
-
-def _lines(pending: list[bytes]) -> int:
-    return sum(p.count(b"\n") for p in pending)
-
-
-_END = object()
-
-
-def prefetch(
-    make: Callable[[], Iterator[Any]], depth: int = 2, name: str = "raw-reader"
-) -> Iterator[Any]:
-    """Run the iterator ``make()`` on a thread named ``name``, ``depth`` items ahead of
-    the consumer. Its exceptions reach the consumer; when the consumer stops early, the
-    iterator is closed on its thread (its own clean-up runs) before this returns."""
-    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def work() -> None:
-        iterator: Iterator[Any] | None = None
-        try:
-            iterator = make()
-            for item in iterator:
-                if not put(item):
-                    return
-            put(_END)
-        except BaseException as exc:  # handed to the consumer
-            put(_Raised(exc))
-        finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
-
-    thread = threading.Thread(target=work, name=name, daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is _END:
-                return
-            if isinstance(item, _Raised):
-                raise item.exc
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
-@dataclass
-class _Raised:
-    exc: BaseException
+__all__ = [
+    "BLOCK_BYTES",
+    "BOM",
+    "BadRows",
+    "OnBadRows",
+    "Parsed",
+    "RawReader",
+    "SourceInfo",
+    "TextFormat",
+    "find_file",
+    "prefetch",
+]

@@ -1,15 +1,16 @@
-"""The base of every registered dataset, and where prepared datasets are cached."""
+"""The base of every registered dataset, and getting its prepared data (cached where
+:mod:`suite.data.location` says)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from suite.config import NoOptions, stable_hash
+from suite.config import NoOptions
+from suite.data.location import cache_root, prepared_dir
 from suite.data.prepared import OutdatedFormat, PreparedDataset, load_prepared
 from suite.data.slot import recover
 from suite.errors import DataError
@@ -42,21 +43,6 @@ class DatasetSource:
         """Write the prepared dataset to ``out_dir`` (atomically) and return it; ``force``
         replaces a slot that holds data prepared from other raw files."""
         raise NotImplementedError
-
-
-def cache_root(spec: DatasetSpec | None = None) -> Path:
-    """Root of prepared datasets: ``dataset.cache_dir``, else ``$RECSUITE_CACHE``, else
-    ``~/.cache/recsuite/prepared``."""
-    if spec is not None and spec.cache_dir:
-        return Path(spec.cache_dir).expanduser()
-    env = os.environ.get("RECSUITE_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "recsuite" / "prepared"
-
-
-def prepared_dir(spec: DatasetSpec) -> Path:
-    """Cache directory for a dataset name + protocol + options."""
-    key = stable_hash({"protocol": spec.protocol, "options": spec.options})
-    return cache_root(spec) / spec.name / f"{spec.protocol}-{key}"
 
 
 def get_prepared(

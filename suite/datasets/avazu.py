@@ -11,9 +11,8 @@ unseen, 2.. in order of first appearance.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from pathlib import Path
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -22,19 +21,67 @@ from pydantic import Field
 from suite.data.pipeline import (
     CategoricalOptions,
     Chunk,
-    PrepareJob,
-    build_prepared,
     chunk_from_arrays,
     label_column,
     numpy_column,
 )
-from suite.data.prepared import PreparedDataset
-from suite.data.raw import Parsed, RawReader, TextFormat, find_file
-from suite.data.source import DatasetSource
+from suite.data.raw import Parsed, TextFormat
+from suite.data.raw_dataset import RawDataset
 from suite.data.splits import LastDaysSplit, RandomSplit, SplitRule
-from suite.datasets.synthetic import AVAZU_FIELDS
+from suite.data.synthetic_dataset import SyntheticDataset
+from suite.data.teacher import SyntheticProfile
 from suite.registry import DATASETS
 
+AVAZU_FIELDS = [
+    "C1",
+    "banner_pos",
+    "site_id",
+    "site_domain",
+    "site_category",
+    "app_id",
+    "app_domain",
+    "app_category",
+    "device_id",
+    "device_ip",
+    "device_model",
+    "device_type",
+    "device_conn_type",
+    "C14",
+    "C15",
+    "C16",
+    "C17",
+    "C18",
+    "C19",
+    "C20",
+    "C21",
+    "hour_of_day",
+    "weekday",
+]
+AVAZU_CARDINALITIES = [
+    7,
+    7,
+    4737,
+    7745,
+    26,
+    8552,
+    559,
+    36,
+    2686408,
+    6729486,
+    8251,
+    5,
+    4,
+    2626,
+    8,
+    9,
+    435,
+    4,
+    68,
+    172,
+    60,
+    24,
+    7,
+]
 RAW_FIELDS = [f for f in AVAZU_FIELDS if f not in ("hour_of_day", "weekday")]
 COLUMNS = ("id", "click", "hour", *RAW_FIELDS)
 FORMAT = TextFormat(
@@ -90,12 +137,15 @@ class AvazuOptions(CategoricalOptions):
     split_seed: int = Field(0, description="seed of the random splits")
 
 
+def _random(fractions: tuple[float, float, float]) -> Callable[[Any], SplitRule]:
+    return lambda options: RandomSplit(fractions, options.split_seed)
+
+
 @DATASETS.register("avazu")
-class Avazu(DatasetSource):
+class Avazu(RawDataset):
     """Avazu mobile ads CTR (train.csv, 40.4M rows, 10 days): 23 categorical features."""
 
     Options = AvazuOptions
-    needs_raw = True
     protocols: ClassVar[dict[str, str]] = {
         "random-811": "seeded random 8:1:1 train/validation/test split",
         "random-712": "seeded random 7:1:2 train/validation/test split",
@@ -103,48 +153,26 @@ class Avazu(DatasetSource):
         "earlier days train",
     }
     default_protocol: ClassVar[str] = "random-811"
+    splits: ClassVar[dict[str, Callable[[Any], SplitRule]]] = {
+        "random-811": _random((0.8, 0.1, 0.1)),
+        "random-712": _random((0.7, 0.1, 0.2)),
+        "by-day": lambda options: LastDaysSplit(),
+    }
+    format = FORMAT
+    files = ("train.csv", "train.csv.gz", "train", "train.gz")
+    sparse = tuple(AVAZU_FIELDS)
+    extra: ClassVar[dict[str, Any]] = {
+        "derived": {"hour_of_day": "hour % 100", "weekday": "weekday of YYMMDD, 0 = Monday"}
+    }
 
-    def build(
-        self,
-        options: AvazuOptions,
-        protocol: str,
-        raw: Path | None,
-        out_dir: Path,
-        progress: bool,
-        force: bool = False,
-    ) -> PreparedDataset:
-        assert raw is not None
-        path = find_file(Path(raw), ("train.csv", "train.csv.gz", "train", "train.gz"))
-        reader = RawReader(options.on_bad_rows)
-        rule: SplitRule
-        if protocol == "by-day":
-            rule = LastDaysSplit()
-        else:
-            fractions = (0.8, 0.1, 0.1) if protocol == "random-811" else (0.7, 0.1, 0.2)
-            rule = RandomSplit(fractions, options.split_seed)
+    def chunk(self, parsed: Parsed, source: int, options: Any, rule: SplitRule) -> Chunk:
+        return avazu_chunk(parsed, rule.needs_time)
 
-        def chunks() -> Iterator[Chunk]:
-            for parsed in reader.read(path, FORMAT):
-                yield avazu_chunk(parsed, rule.needs_time)
 
-        return build_prepared(
-            PrepareJob(
-                dataset="avazu",
-                protocol=protocol,
-                options=options,
-                dense=[],
-                sparse=list(AVAZU_FIELDS),
-                chunks=chunks(),
-                reader=reader,
-                rule=rule,
-                out_dir=out_dir,
-                progress=progress,
-                force=force,
-                extra={
-                    "derived": {
-                        "hour_of_day": "hour % 100",
-                        "weekday": "weekday of YYMMDD, 0 = Monday",
-                    }
-                },
-            )
-        )
+@DATASETS.register("avazu-synth")
+class AvazuSynth(SyntheticDataset):
+    """Synthetic Avazu: 23 categorical features (21 fields + hour-of-day, weekday), CTR 0.17."""
+
+    profile = SyntheticProfile(
+        sparse_names=AVAZU_FIELDS, real_cardinalities=AVAZU_CARDINALITIES, base_ctr=0.17
+    )

@@ -21,29 +21,29 @@ uses 10M or 40M) to bound both the tables and the counting memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from suite.data.pipeline import (
     WORKERS,
     CategoricalOptions,
     Chunk,
-    PrepareJob,
-    build_prepared,
     chunk_from_arrays,
     label_column,
     numpy_column,
 )
-from suite.data.prepared import PreparedDataset
-from suite.data.raw import Parsed, RawReader, TextFormat, find_file
-from suite.data.source import DatasetSource
-from suite.data.splits import DaySplit, LastSourceHalves, RandomSplit
+from suite.data.raw import Parsed, TextFormat
+from suite.data.raw_dataset import RawDataset
+from suite.data.splits import DaySplit, LastSourceHalves, RandomSplit, SplitRule
+from suite.data.synthetic_dataset import SyntheticDataset, SyntheticOptions
+from suite.data.teacher import SyntheticProfile, TeacherSettings, kaggle_cardinalities
 from suite.errors import DataError
 from suite.registry import DATASETS
 
@@ -52,6 +52,49 @@ SPARSE = [f"C{i}" for i in range(1, 27)]
 COLUMNS = ("label", *DENSE, *SPARSE)
 KAGGLE_ROWS = 45_840_617
 """Rows of the full Kaggle ``train.txt`` (7 days in order)."""
+# Vocabulary sizes of Criteo Kaggle as counted by the DLRM reference.
+CRITEO_CARDINALITIES = [
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+]
+KAGGLE_EXAMPLES_PER_ROW = KAGGLE_ROWS / sum(CRITEO_CARDINALITIES)
+"""1.358: Kaggle's rows per embedding row (all 7 days, as the reference counts its vocabulary;
+its days 1-6 train split alone gives 1.164)."""
+# Zipf exponent of each Criteo feature over its REAL Kaggle vocabulary, fit to the real sample
+# (the first 6,858 rows, the dlrm train split of ../shared/data/criteo/train.txt) by
+# `python benchmarks/fit_kaggle_tail.py`: the exponent whose expected distinct ids in 6,858
+# draws equals the sample's (C9, C20: every value seen, so the top value's share instead).
+# Check, 6,858 rows drawn like the sample (real vocabularies, ids re-counted as prepare does)
+# against the sample: 33,503 vs 33,236 embedding rows, Zipf exponent of the lookups 1.04 vs
+# 0.955, hottest 1% of rows 67.9% vs 61.5% of the lookups.
+CRITEO_KAGGLE_ZIPF = (
+    1.881, 1.405, 1.027, 1.085, 2.43, 4.462, 0.953, 2.194, 3.285, 1.093, 1.027, 1.036, 1.018,
+    2.855, 1.119, 1.059, 3.92, 1.241, 1.466, 0.902, 1.047, 4.45, 3.597, 1.166, 2.575, 1.225,
+)  # fmt: skip
 FORMAT = TextFormat(
     columns=COLUMNS,
     types={
@@ -61,6 +104,7 @@ FORMAT = TextFormat(
     },
     delimiter="\t",
 )
+DENSE_TRANSFORM = "missing -> 0, negative -> 0, log(1 + x)"
 
 
 def criteo_chunk(parsed: Parsed, source: int = 0) -> Chunk:
@@ -88,12 +132,23 @@ class CriteoOptions(CategoricalOptions):
     split_seed: int = Field(0, description="seed of the random-811 split")
 
 
+class CriteoFormat(RawDataset):
+    """Criteo's text files (Kaggle and Terabyte alike): layout, features and transform."""
+
+    format = FORMAT
+    dense = tuple(DENSE)
+    sparse = tuple(SPARSE)
+    extra: ClassVar[dict[str, Any]] = {"dense_transform": DENSE_TRANSFORM}
+
+    def chunk(self, parsed: Parsed, source: int, options: Any, rule: SplitRule) -> Chunk:
+        return criteo_chunk(parsed, source)
+
+
 @DATASETS.register("criteo-kaggle")
-class CriteoKaggle(DatasetSource):
+class CriteoKaggle(CriteoFormat):
     """Criteo Kaggle display ads (train.txt, 45.8M rows, 7 days): 13 dense + 26 categorical."""
 
     Options = CriteoOptions
-    needs_raw = True
     protocols: ClassVar[dict[str, str]] = {
         "dlrm": "7 equal consecutive days of rows; days 1-6 train, day 7 halves: test then "
         "validation (DLRM reference)",
@@ -101,50 +156,11 @@ class CriteoKaggle(DatasetSource):
         "setting; use bars-criteo-x1 for BARS's own Criteo_x1 files)",
     }
     default_protocol: ClassVar[str] = "dlrm"
-
-    def build(
-        self,
-        options: CriteoOptions,
-        protocol: str,
-        raw: Path | None,
-        out_dir: Path,
-        progress: bool,
-        force: bool = False,
-    ) -> PreparedDataset:
-        assert raw is not None
-        path = find_file(Path(raw), ("train.txt", "train.txt.gz"))
-        reader = RawReader(options.on_bad_rows)
-        rule = (
-            DaySplit(7, full_rows=KAGGLE_ROWS)
-            if protocol == "dlrm"
-            else RandomSplit((0.8, 0.1, 0.1), options.split_seed)
-        )
-
-        def chunks() -> Iterator[Chunk]:
-            for parsed in reader.read(path, FORMAT):
-                yield criteo_chunk(parsed)
-
-        return build_criteo(
-            PrepareJob(
-                dataset="criteo-kaggle",
-                protocol=protocol,
-                options=options,
-                dense=DENSE,
-                sparse=SPARSE,
-                chunks=chunks(),
-                reader=reader,
-                rule=rule,
-                out_dir=out_dir,
-                progress=progress,
-                force=force,
-            )
-        )
-
-
-def build_criteo(job: PrepareJob) -> PreparedDataset:
-    """Prepare Criteo-format chunks (Kaggle or Terabyte) with the shared schema."""
-    job.extra["dense_transform"] = "missing -> 0, negative -> 0, log(1 + x)"
-    return build_prepared(job)
+    splits: ClassVar[dict[str, Callable[[Any], SplitRule]]] = {
+        "dlrm": lambda options: DaySplit(7, full_rows=KAGGLE_ROWS),
+        "random-811": lambda options: RandomSplit((0.8, 0.1, 0.1), options.split_seed),
+    }
+    files = ("train.txt", "train.txt.gz")
 
 
 class TerabyteOptions(CategoricalOptions):
@@ -167,57 +183,71 @@ def _day_file(directory: Path, day: int) -> Path | None:
 
 
 @DATASETS.register("criteo-terabyte")
-class CriteoTerabyte(DatasetSource):
+class CriteoTerabyte(CriteoFormat):
     """Criteo Terabyte click logs (day_0..day_23, 4.4B rows): 13 dense + 26 categorical."""
 
     Options = TerabyteOptions
-    needs_raw = True
     protocols: ClassVar[dict[str, str]] = {
         "dlrm": "days 0-22 train (optionally negative-downsampled), day 23 halves: test then "
         "validation (DLRM / MLPerf)",
     }
     default_protocol: ClassVar[str] = "dlrm"
+    splits: ClassVar[dict[str, Callable[[Any], SplitRule]]] = {
+        "dlrm": lambda options: LastSourceHalves(
+            options.days - 1, options.negative_downsampling, options.seed
+        ),
+    }
 
-    def build(
-        self,
-        options: TerabyteOptions,
-        protocol: str,
-        raw: Path | None,
-        out_dir: Path,
-        progress: bool,
-        force: bool = False,
-    ) -> PreparedDataset:
-        assert raw is not None
-        directory = Path(raw)
-        if not directory.is_dir():
-            raise DataError(
-                f"{directory}: expected a directory holding day_0 .. day_{options.days - 1}"
-            )
-        files = [_day_file(directory, d) for d in range(options.days)]
+    def sources(self, raw: Path, options: Any) -> list[Path]:
+        """``day_0`` .. ``day_{days-1}`` (plain or .gz) in the ``raw`` directory."""
+        if not raw.is_dir():
+            raise DataError(f"{raw}: expected a directory holding day_0 .. day_{options.days - 1}")
+        files = [_day_file(raw, d) for d in range(options.days)]
         missing = [f"day_{d}" for d, f in enumerate(files) if f is None]
         if missing:
-            raise DataError(f"{directory}: missing day files {', '.join(missing)} (plain or .gz)")
-        reader = RawReader(options.on_bad_rows)
-        rule = LastSourceHalves(options.days - 1, options.negative_downsampling, options.seed)
+            raise DataError(f"{raw}: missing day files {', '.join(missing)} (plain or .gz)")
+        return [f for f in files if f is not None]
 
-        def chunks() -> Iterator[Chunk]:
-            for day, path in enumerate(files):
-                assert path is not None
-                for parsed in reader.read(path, FORMAT):
-                    yield criteo_chunk(parsed, source=day)
 
-        return build_criteo(
-            PrepareJob(
-                dataset="criteo-terabyte",
-                protocol=protocol,
-                options=options,
-                dense=DENSE,
-                sparse=SPARSE,
-                chunks=chunks(),
-                reader=reader,
-                rule=rule,
-                out_dir=out_dir,
-                progress=progress,
-                force=force,
-            )
+class CriteoSynthOptions(SyntheticOptions):
+    """criteo-synth's options: the synthetic ones plus the regime of its vocabulary."""
+
+    regime: Literal["default", "kaggle"] = Field(
+        "default",
+        description="kaggle: tables scaled so train_rows / embedding rows is Kaggle's 1.36 "
+        "at any size, per-feature Zipf tails fit to real Criteo (vocab_scale, keep_below and "
+        "zipf unused)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _leave_out_default_regime(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # at its default the regime is left out, so configs, their hashes and the prepared
+        # cache keys stay those of runs from before the option
+        data = handler(self)
+        if data.get("regime") == "default":
+            data.pop("regime")
+        return data
+
+
+@DATASETS.register("criteo-synth")
+class CriteoSynth(SyntheticDataset):
+    """Synthetic Criteo: 13 dense + 26 categorical features, Zipf ids, CTR 0.256; regime
+    kaggle: Kaggle's examples per embedding row and real Criteo's per-feature tails."""
+
+    Options = CriteoSynthOptions
+    profile = SyntheticProfile(
+        sparse_names=list(SPARSE),
+        real_cardinalities=CRITEO_CARDINALITIES,
+        dense_names=list(DENSE),
+        base_ctr=0.256,
+    )
+
+    def settings(self, options: SyntheticOptions) -> TeacherSettings:
+        """The regime's settings: Kaggle's ratio ties the tables to ``train_rows``."""
+        settings = super().settings(options)
+        if getattr(options, "regime", "default") != "kaggle":
+            return settings
+        cards = kaggle_cardinalities(
+            CRITEO_CARDINALITIES, options.train_rows, KAGGLE_EXAMPLES_PER_ROW
         )
+        return replace(settings, cardinalities=tuple(cards), zipf_per_feature=CRITEO_KAGGLE_ZIPF)

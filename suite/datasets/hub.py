@@ -35,16 +35,13 @@ from pydantic import Field
 from suite.data.pipeline import (
     CategoricalOptions,
     Chunk,
-    PrepareJob,
-    build_prepared,
     chunk_from_arrays,
     label_column,
     numpy_column,
 )
-from suite.data.prepared import PreparedDataset
 from suite.data.raw import Parsed, RawReader, SourceInfo, TextFormat
-from suite.data.source import DatasetSource
-from suite.data.splits import SPLIT_NAMES, SourceSplit
+from suite.data.raw_dataset import RawDataset
+from suite.data.splits import SPLIT_NAMES, SourceSplit, SplitRule
 from suite.errors import DataError
 from suite.registry import DATASETS
 
@@ -219,62 +216,59 @@ def _hub_chunks(
         info.sha256 = digest.hexdigest()
 
 
-class HubDataset(DatasetSource):
+class HubDataset(RawDataset):
     """Base of the BARS entries: a local split directory or a hub repo id."""
 
     Options = HubOptions
-    needs_raw = True
     layout: ClassVar[Layout]
-    registered_name: ClassVar[str]
     protocols: ClassVar[dict[str, str]] = {"given": "the repo's own train / valid / test files"}
     default_protocol: ClassVar[str] = "given"
 
-    def build(
-        self,
-        options: HubOptions,
-        protocol: str,
-        raw: Path | None,
-        out_dir: Path,
-        progress: bool,
-        force: bool = False,
-    ) -> PreparedDataset:
-        assert raw is not None
-        layout = self.layout
-        reader = RawReader(options.on_bad_rows)
-        raw_path = Path(raw)
-        if raw_path.is_dir():
-            files = _local_files(raw_path)
+    def sources(self, raw: Path, options: Any) -> list[Path]:
+        """The local split files in order; none for a hub repo id (read in :meth:`chunks`)."""
+        if not raw.is_dir():
+            return []
+        files = _local_files(raw)
+        return [files[split] for split in SPLIT_NAMES]
 
-            def chunks() -> Iterator[Chunk]:
-                for source, split in enumerate(SPLIT_NAMES):
-                    path = files[split]
-                    for parsed in reader.read(path, layout.text_format(path)):
-                        yield layout.chunk(parsed, source)
+    def features(self, options: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.layout.dense, self.layout.sparse
 
-            origin = {"local_directory": raw_path.name}
-            names = {i: files[split].name for i, split in enumerate(SPLIT_NAMES)}
+    def rule(self, protocol: str, options: Any, raw: Path) -> SplitRule:
+        """The given files, one split each."""
+        if raw.is_dir():
+            names = {i: _local_files(raw)[split].name for i, split in enumerate(SPLIT_NAMES)}
         else:
-            repo = raw_path.as_posix()
-            chunks = lambda: _hub_chunks(repo, options.revision, layout, reader)  # noqa: E731
-            origin = {"hub_repo": repo, "revision": options.revision}
-            names = {i: f"{repo}:{split}" for i, split in enumerate(SPLIT_NAMES)}
-        rule = SourceSplit({0: 0, 1: 1, 2: 2}, names)
-        return build_prepared(
-            PrepareJob(
-                dataset=self.registered_name,
-                protocol=protocol,
-                options=options,
-                dense=list(layout.dense),
-                sparse=list(layout.sparse),
-                chunks=chunks(),
-                reader=reader,
-                rule=rule,
-                out_dir=out_dir,
-                progress=progress,
-                force=force,
-                extra={"origin": origin, "bars_repo": layout.repo},
-            )
+            names = {i: f"{raw.as_posix()}:{split}" for i, split in enumerate(SPLIT_NAMES)}
+        return SourceSplit({0: 0, 1: 1, 2: 2}, names)
+
+    def manifest_extra(self, options: Any, raw: Path) -> dict[str, Any]:
+        origin: dict[str, Any] = (
+            {"local_directory": raw.name}
+            if raw.is_dir()
+            else {"hub_repo": raw.as_posix(), "revision": options.revision}
         )
+        return {"origin": origin, "bars_repo": self.layout.repo}
+
+    def text_format(self, path: Path, options: Any) -> Any:
+        return self.layout.text_format(path)
+
+    def chunks(
+        self,
+        reader: RawReader,
+        paths: list[Path],
+        options: Any,
+        rule: SplitRule,
+        extra: dict[str, Any],
+    ) -> Iterator[Chunk]:
+        if paths:
+            yield from super().chunks(reader, paths, options, rule, extra)
+        else:
+            hub = extra["origin"]
+            yield from _hub_chunks(hub["hub_repo"], options.revision, self.layout, reader)
+
+    def chunk(self, parsed: Parsed, source: int, options: Any, rule: SplitRule) -> Chunk:
+        return self.layout.chunk(parsed, source)
 
 
 @DATASETS.register("bars-criteo-x1")

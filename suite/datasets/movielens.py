@@ -30,31 +30,27 @@ accepted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from suite.data.pipeline import (
-    CategoricalOptions,
-    Chunk,
-    PrepareJob,
-    build_prepared,
-    chunk_from_arrays,
-    numpy_column,
-)
-from suite.data.prepared import PreparedDataset
+from suite.data.pipeline import CategoricalOptions, Chunk, chunk_from_arrays, numpy_column
 from suite.data.raw import Parsed, RawReader, TextFormat
-from suite.data.source import DatasetSource
+from suite.data.raw_dataset import RawDataset
 from suite.data.splits import RandomSplit, SplitRule, TimeRankSplit
+from suite.data.synthetic_dataset import SyntheticDataset
+from suite.data.teacher import SyntheticProfile
 from suite.errors import DataError
 from suite.registry import DATASETS
 
+MOVIELENS_FIELDS = ["user_id", "item_id", "age", "gender", "occupation", "genre"]
+MOVIELENS_CARDINALITIES = [6040, 3706, 7, 2, 21, 18]  # the shape of ml-1m
 GENRES_100K = [
     "unknown",
     "Action",
@@ -384,94 +380,92 @@ def movielens_chunk(
 
 
 @DATASETS.register("movielens")
-class MovieLens(DatasetSource):
+class MovieLens(RawDataset):
     """MovieLens ratings as CTR (rating >= 4 is a click): user, item and side features."""
 
     Options = MovieLensOptions
-    needs_raw = True
     protocols: ClassVar[dict[str, str]] = {
         "random-811": "seeded random 8:1:1 train/validation/test split of the ratings",
         "temporal": "by timestamp: oldest 80% train, next 10% validation, newest 10% test",
     }
     default_protocol: ClassVar[str] = "random-811"
+    splits: ClassVar[dict[str, Callable[[Any], SplitRule]]] = {
+        "random-811": lambda options: RandomSplit((0.8, 0.1, 0.1), options.split_seed),
+        "temporal": lambda options: TimeRankSplit((0.8, 0.1, 0.1)),
+    }
 
-    def build(
-        self,
-        options: MovieLensOptions,
-        protocol: str,
-        raw: Path | None,
-        out_dir: Path,
-        progress: bool,
-        force: bool = False,
-    ) -> PreparedDataset:
-        assert raw is not None
-        directory = Path(raw)
+    def sources(self, raw: Path, options: Any) -> list[Path]:
+        """The variant's ratings file (source 0: its row indices drive the random split),
+        once its side files are checked to be there too."""
         variant = VARIANTS[options.variant]
         needed = [variant.ratings, variant.items] + ([variant.users] if variant.users else [])
-        if not directory.is_dir() or any(not (directory / str(n)).is_file() for n in needed):
+        if not raw.is_dir() or any(not (raw / str(n)).is_file() for n in needed):
             raise DataError(
-                f"{directory}: movielens variant {options.variant} needs a directory holding "
+                f"{raw}: movielens variant {options.variant} needs a directory holding "
                 f"{', '.join(str(n) for n in needed)}"
             )
-        reader = RawReader(options.on_bad_rows)
-        rule: SplitRule = (
-            TimeRankSplit((0.8, 0.1, 0.1))
-            if protocol == "temporal"
-            else RandomSplit((0.8, 0.1, 0.1), options.split_seed)
-        )
-        ratings_path = directory / variant.ratings
-        ratings_header = _CSV_HEADER if variant.ratings == "ratings.csv" else None
-        fmt = variant.ratings_format
+        return [raw / variant.ratings]
+
+    def features(self, options: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        side = ("age", "gender", "occupation") if VARIANTS[options.variant].users else ()
+        return (), ("user_id", "item_id", *side, "genre")
+
+    def manifest_extra(self, options: Any, raw: Path) -> dict[str, Any]:
+        return {
+            "label": f"rating >= {options.positive_threshold:g}",
+            "genre_encoding": options.genre,
+            "ratings_unmatched_in_side_files": {"users": 0, "items": 0},
+        }
+
+    def text_format(self, path: Path, options: Any) -> Any:
+        fmt = VARIANTS[options.variant].ratings_format
+        if path.name != "ratings.csv":
+            return fmt
 
         def ratings_format(names: list[str]) -> TextFormat:
             if names != list(_CSV_HEADER):
                 raise DataError(
-                    f"{ratings_path}:1: unexpected header {names}; expected {list(_CSV_HEADER)}"
+                    f"{path}:1: unexpected header {names}; expected {list(_CSV_HEADER)}"
                 )
             return replace(fmt, header=False)
 
-        unmatched = {"users": 0, "items": 0}
-        extra: dict[str, object] = {
-            "label": f"rating >= {options.positive_threshold:g}",
-            "genre_encoding": options.genre,
-            "ratings_unmatched_in_side_files": unmatched,
-        }
+        return ratings_format
 
-        def chunks() -> Iterator[Chunk]:
-            # the ratings file is source 0 (its row indices drive the random split)
-            parsed_blocks = reader.read(ratings_path, ratings_format if ratings_header else fmt)
-            first = next(parsed_blocks, None)
-            items = _items(reader, directory, variant, options)
-            users = _users(reader, directory, variant) if variant.users else None
-            for parsed in [first] if first is not None else []:
-                yield movielens_chunk(parsed, options, users, items, unmatched)
-            for parsed in parsed_blocks:
-                yield movielens_chunk(parsed, options, users, items, unmatched)
-            if unmatched["users"] or unmatched["items"]:
-                extra["warnings"] = [
-                    f"{ratings_path}: {unmatched['users']} ratings name a user absent from "
-                    f"{variant.users or 'the user file'} and {unmatched['items']} an item absent "
-                    f"from {variant.items} (their side features get the missing id 0)"
-                ]
+    def chunks(
+        self,
+        reader: RawReader,
+        paths: list[Path],
+        options: Any,
+        rule: SplitRule,
+        extra: dict[str, Any],
+    ) -> Iterator[Chunk]:
+        """The ratings' blocks joined with the side files (read after the first block)."""
+        (ratings_path,) = paths
+        variant = VARIANTS[options.variant]
+        unmatched = extra["ratings_unmatched_in_side_files"]
+        parsed_blocks = reader.read(ratings_path, self.text_format(ratings_path, options))
+        first = next(parsed_blocks, None)
+        items = _items(reader, ratings_path.parent, variant, options)
+        users = _users(reader, ratings_path.parent, variant) if variant.users else None
+        for parsed in [first] if first is not None else []:
+            yield movielens_chunk(parsed, options, users, items, unmatched)
+        for parsed in parsed_blocks:
+            yield movielens_chunk(parsed, options, users, items, unmatched)
+        if unmatched["users"] or unmatched["items"]:
+            extra["warnings"] = [
+                f"{ratings_path}: {unmatched['users']} ratings name a user absent from "
+                f"{variant.users or 'the user file'} and {unmatched['items']} an item absent "
+                f"from {variant.items} (their side features get the missing id 0)"
+            ]
 
-        sparse = (
-            ["user_id", "item_id"]
-            + (["age", "gender", "occupation"] if variant.users else [])
-            + ["genre"]
-        )
-        return build_prepared(
-            PrepareJob(
-                dataset="movielens",
-                protocol=protocol,
-                options=options,
-                dense=[],
-                sparse=sparse,
-                chunks=chunks(),
-                reader=reader,
-                rule=rule,
-                out_dir=out_dir,
-                progress=progress,
-                force=force,
-                extra=extra,
-            )
-        )
+
+@DATASETS.register("movielens-synth")
+class MovieLensSynth(SyntheticDataset):
+    """Synthetic MovieLens-as-CTR: user, item and side features, rating>=4 rate 0.575."""
+
+    profile = SyntheticProfile(
+        sparse_names=MOVIELENS_FIELDS,
+        real_cardinalities=MOVIELENS_CARDINALITIES,
+        base_ctr=0.575,
+        strong_pairs=[(0, 1)],
+    )

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 from suite.embeddings.base import ComposedEmbedding, EmbeddingMethod
 from suite.kernel_backend import require_fbgemm
 
-Precision = Literal["fp32", "fp16", "int8", "int4"]
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8", "int4")
+LowPrecision = Literal["fp16", "int8", "int4"]
+Precision = Literal["fp32", LowPrecision]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 KERNEL_DIM_MULTIPLE = 4
 
 
@@ -132,13 +133,21 @@ class QuantizedEmbedding(EmbeddingMethod):
         return self.combine.flops_per_example()
 
 
+def quantizable_methods() -> list[str]:
+    """The registered embedding methods whose tables quantize: every
+    :class:`ComposedEmbedding` (``full``, ``hash``, ``mixed_dim``, ``qr``)."""
+    from suite.registry import EMBEDDINGS
+
+    return [n for n in EMBEDDINGS.names() if issubclass(EMBEDDINGS.get(n), ComposedEmbedding)]
+
+
 def quantize_embedding(method: EmbeddingMethod, precision: Precision) -> QuantizedEmbedding:
     """``method``'s tables in ``precision`` for inference (``full``, ``hash``, ``qr``,
     ``mixed_dim``: any :class:`ComposedEmbedding`). ``fp32`` runs the same kernel
     unquantized, as a control."""
     if not isinstance(method, ComposedEmbedding):
         raise TypeError(
-            f"quantize_embedding needs a composed embedding method (full, hash, qr, mixed_dim), "
-            f"got {type(method).__name__}"
+            "quantize_embedding needs a composed embedding method "
+            f"({', '.join(quantizable_methods())}), got {type(method).__name__}"
         )
     return QuantizedEmbedding(method, precision).eval()

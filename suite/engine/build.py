@@ -14,7 +14,7 @@ from suite.embeddings.base import EmbeddingContext
 from suite.engine.comm_codec import CommCodec
 from suite.engine.parallel import Parallel
 from suite.errors import ConfigError
-from suite.models.base import RecModel
+from suite.models.base import ONE_PROCESS, Ranks, RecModel
 
 
 def resolve_device(name: str) -> torch.device:
@@ -34,11 +34,9 @@ def seed_everything(seed: int, threads: int | None = None) -> None:
         torch.set_num_threads(threads)
 
 
-def build_model(
-    config: RunConfig, data: PreparedDataset, parallel: Parallel | None = None
-) -> RecModel:
+def build_model(config: RunConfig, data: PreparedDataset, ranks: Ranks = ONE_PROCESS) -> RecModel:
     """The config's embedding method and backbone, seeded from ``config.seed``; with
-    ``parallel``, its tables sharded over the job's ranks (a
+    ``ranks`` of a distributed job, its tables sharded over them (a
     :class:`~suite.engine.distributed.ShardedRecModel` with the same interface)."""
     device = resolve_device(config.device)
     seed_everything(config.seed, config.train.threads)
@@ -50,7 +48,7 @@ def build_model(
         sparse_optimizer=config.train.sparse_optimizer,
         sparse_lr=config.train.sparse_lr,
         feature_counts=lambda: data.feature_counts("train"),
-        materialize_tables=parallel is None,
+        materialize_tables=not ranks.distributed,
     )
     embedding_cls = config.embedding.registry.get(config.embedding.name)
     embedding = embedding_cls(config.embedding.typed_options(), context)
@@ -63,10 +61,10 @@ def build_model(
         # in place (nn.Module.compile): state_dict keys and checkpoints stay those of eager
         backbone.compile()
     model = RecModel(embedding, backbone, payload_codec(config, data))
-    if parallel is not None:
+    if isinstance(ranks, Parallel):
         from suite.engine.distributed import shard_model
 
-        return shard_model(model, config, parallel, schema.sparse)  # type: ignore[return-value]
+        return shard_model(model, config, ranks, schema.sparse)
     return model
 
 

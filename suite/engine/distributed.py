@@ -15,38 +15,30 @@ tables start from the same values and use the same fused optimizer.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
 import time
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
-from suite.config import RunConfig, ShardingConfig
+from suite.config import RunConfig
 from suite.embeddings.base import ComposedEmbedding, EmbeddingBytes, EmbeddingMethod
 from suite.embeddings.tables import ADAGRAD_EPS, FBGEMM_DIM_MULTIPLE, PhysicalTables, copy_named
+from suite.engine import planning
 from suite.engine.comm_codec import CodecStats
 from suite.engine.parallel import Parallel
+from suite.engine.planning import quiet_torchrec
 from suite.errors import ConfigError
 from suite.kernel_backend import require_fbgemm
-from suite.models.base import RecModel
+from suite.models.base import Ranks, RecModel
 
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise")
 """The types a sharded run's tables may take. TorchRec's ``data_parallel`` (a replica of a
 table per rank) is left out: its tables lose the fused sparse optimizer when sharded
 (TorchRec 1.8 drops the in-backward optimizer of replicated tables), so they would not
 train."""
-
-
-def _quiet_torchrec() -> None:
-    require_fbgemm("TorchRec's sharded tables")
-    warnings.filterwarnings("ignore", module="torchrec")
-    warnings.filterwarnings("ignore", module="fbgemm_gpu")
-    for name in ("torchrec", "torch.fx"):
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def table_names(method: ComposedEmbedding, features: list[str]) -> list[str]:
@@ -77,9 +69,6 @@ class ShardedEmbedding(EmbeddingMethod):
 
     def __init__(self, source: ComposedEmbedding, names: list[str]) -> None:
         super().__init__()
-        _quiet_torchrec()
-        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
-
         rows, dims = source.tables.rows, source.tables.dims
         if any(d % FBGEMM_DIM_MULTIPLE for d in dims):
             raise ConfigError(
@@ -93,15 +82,8 @@ class ShardedEmbedding(EmbeddingMethod):
         self.source_memory = source.memory()
         self.source_layout = source.layout()
         self.flops = source.flops_per_example()
-        self.ebc = EmbeddingBagCollection(
-            tables=[
-                EmbeddingBagConfig(
-                    name=name, embedding_dim=d, num_embeddings=n, feature_names=[name]
-                )
-                for name, n, d in zip(names, rows, dims, strict=True)
-            ],
-            device=torch.device("meta"),
-        )
+        with quiet_torchrec():
+            self.ebc = planning.meta_collection(names, list(rows), list(dims))
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         from torchrec import KeyedJaggedTensor
@@ -161,10 +143,11 @@ def _local_pieces(name: str, value: Any) -> dict[str, torch.Tensor]:
     return {f"{name}.0": value}
 
 
-class ShardedRecModel(nn.Module):
-    """A :class:`~suite.models.base.RecModel` under DMP, with the API the training loop
-    uses: ``forward(dense [B, Dd], sparse [B, F]) -> logits [B]``, ``embedding``,
-    ``payload``, :meth:`dense_parameters`, :meth:`flops_per_example`."""
+class ShardedRecModel(RecModel):
+    """A :class:`~suite.models.base.RecModel` under DMP: ``forward(dense [B, Dd],
+    sparse [B, F]) -> logits [B]``, ``embedding``, ``payload``, :meth:`dense_parameters`,
+    :meth:`flops_per_example`, and where its state lives: its :attr:`ranks` (the job's),
+    this rank's :meth:`local_state`, the plan and the all-to-all's wire figures."""
 
     def __init__(
         self,
@@ -174,12 +157,16 @@ class ShardedRecModel(nn.Module):
         parallel: Parallel,
         wire: CodecStats | None = None,
     ) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # not RecModel's: the embedding and backbone are DMP's
         self.dmp = dmp
         self._inner = [inner]  # not a submodule: DMP owns it
-        self.plan = plan
-        self.parallel = parallel
+        self._plan = plan
+        self._ranks = parallel
         self.wire = wire
+
+    @property
+    def ranks(self) -> Parallel:
+        return self._ranks
 
     def wire_figures(self) -> dict[str, float]:
         """With TorchRec's quantized all-to-all: the embedding payloads' bytes before and
@@ -187,7 +174,7 @@ class ShardedRecModel(nn.Module):
         codec's seconds summed over ranks. Collective: every rank must call it."""
         if self.wire is None:
             return {}
-        raw, wire, seconds = self.parallel.sum(
+        raw, wire, seconds = self._ranks.sum(
             [float(self.wire.raw_bytes), float(self.wire.wire_bytes), self.wire.seconds]
         )
         return {
@@ -196,6 +183,16 @@ class ShardedRecModel(nn.Module):
             "comm_compression_ratio": raw / wire if wire else float("nan"),
             "comm_codec_seconds": seconds,
         }
+
+    def plan(self) -> dict[str, Any]:
+        """The sharding plan's summary (see :func:`format_plan`)."""
+        return self._plan
+
+    def placement(self) -> dict[str, Any]:
+        return {"world_size": self._ranks.world, "sharding_plan": self._plan}
+
+    def whole_module(self) -> nn.Module | None:
+        return None
 
     @property
     def embedding(self) -> EmbeddingMethod:
@@ -240,22 +237,20 @@ class ShardedRecModel(nn.Module):
             out.update(_local_pieces(name, value))
         return out
 
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """A copy of this rank's part of the model's state (for ``checkpoint: best``)."""
+        return {k: v.detach().clone() for k, v in self.local_state().items()}
+
+    def restore(self, saved: dict[str, torch.Tensor]) -> None:
+        """Put back what :meth:`snapshot` took, in place."""
+        copy_named(self.local_state(), saved, "best state")
+
     def table_shards(self) -> dict[str, list[tuple[int, int, torch.Tensor]]]:
         """Each table's pieces on this rank: ``(first_row, first_column, tensor)``."""
         return {
             name: _placed_pieces(value)
             for name, value in _table_weights(self.dmp.state_dict()).items()
         }
-
-
-def snapshot(model: ShardedRecModel) -> dict[str, torch.Tensor]:
-    """A copy of this rank's part of the model's state (for ``checkpoint: best``)."""
-    return {k: v.detach().clone() for k, v in model.local_state().items()}
-
-
-def restore(model: ShardedRecModel, saved: dict[str, torch.Tensor]) -> None:
-    """Put back what :func:`snapshot` took, in place."""
-    copy_named(model.local_state(), saved, "best state")
 
 
 def wire_precision(codec: str, device: torch.device) -> str | None:
@@ -340,32 +335,6 @@ def _optimizer_in_backward(tables: nn.Module, config: RunConfig) -> None:
     apply_optimizer_in_backward(kind, tables.parameters(), {"lr": train.sparse_lr, **options})
 
 
-def constraints(
-    sharding: ShardingConfig, names: list[str], dims: list[int], world: int
-) -> dict[str, Any]:
-    """TorchRec ``ParameterConstraints`` per table from ``sharding`` (default type and
-    per-table overrides); column-wise shards split a table's columns over the ranks."""
-    from torchrec.distributed.planner import ParameterConstraints
-
-    unknown = sorted(set(sharding.tables) - set(names))
-    if unknown:
-        raise ConfigError(
-            f"sharding.tables: no table named {', '.join(unknown)} "
-            f"(tables: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''})"
-        )
-    out = {}
-    for name, dim in zip(names, dims, strict=True):
-        kind = sharding.tables.get(name, sharding.default)
-        if kind == "auto":
-            continue
-        extra = {}
-        if "column" in kind:
-            parts = max(1, min(world, dim // FBGEMM_DIM_MULTIPLE))
-            extra["min_partition"] = max(FBGEMM_DIM_MULTIPLE, dim // parts)
-        out[name] = ParameterConstraints(sharding_types=[kind], **extra)
-    return out
-
-
 def _table_weights(state: dict[str, Any]) -> dict[str, Any]:
     """Each table's weight entry in a DMP's state dict, by table name."""
     return {
@@ -399,59 +368,38 @@ def _fill_initial_values(dmp: nn.Module, names: list[str], tables: PhysicalTable
                 target[lo - r0 : hi - r0].copy_(columns)
 
 
-def _plan_summary(
-    plan: Any,
-    names: list[str],
-    rows: list[int],
-    dims: list[int],
-    world: int,
-    planner: Any,
-    optimizer_floats: list[int],
-) -> dict[str, Any]:
-    """Per table: sharding type, ranks and bytes; per rank: bytes and estimated cost."""
-    module_plan = next(iter(plan.plan.values()))
-    per_rank_bytes = [0] * world
-    tables = []
-    for name, n, d, opt in zip(names, rows, dims, optimizer_floats, strict=True):
-        sharding = module_plan[f"{name}"]
-        ranks = sorted({int(r) for r in (sharding.ranks or [])})
-        shards = sharding.sharding_spec.shards if sharding.sharding_spec is not None else []
-        total = 4 * (n * d + opt)
-        for shard in shards:
-            rank = int(str(shard.placement).split("rank:")[1].split("/")[0])
-            sr, sc = shard.shard_sizes
-            per_rank_bytes[rank] += 4 * sr * sc + 4 * opt * sr * sc // max(1, n * d)
-        if not shards:  # data-parallel: a full copy on every rank
-            for rank in range(world):
-                per_rank_bytes[rank] += total
-        tables.append(
-            {"table": name, "type": sharding.sharding_type, "ranks": ranks, "bytes": total}
-        )
-    costs = [0.0] * world
-    best = getattr(planner, "_best_plan", None) or []
-    for option in best:
-        for shard in option.shards:
-            if shard.rank is not None and shard.perf is not None:
-                costs[shard.rank] += float(shard.perf.total)
-    return {
-        "world_size": world,
-        "tables": tables,
-        "ranks": [
-            {"rank": r, "bytes": per_rank_bytes[r], "estimated_cost_ms": costs[r]}
-            for r in range(world)
-        ],
-    }
+def shardable_methods(registry: Any) -> list[str]:
+    """The embedding methods of ``registry`` whose tables can be sharded: the composed
+    ones (transform -> physical tables -> combine)."""
+    return [name for name in registry.names() if issubclass(registry.get(name), ComposedEmbedding)]
 
 
 def check_shardable(config: RunConfig) -> None:
     """Refuse, in one line, an embedding method whose tables cannot be sharded."""
-    method = config.embedding.registry.get(config.embedding.name)
-    if not issubclass(method, ComposedEmbedding):
+    registry = config.embedding.registry
+    if not issubclass(registry.get(config.embedding.name), ComposedEmbedding):
         raise ConfigError(
             f"embedding.name={config.embedding.name} cannot run sharded: its storage is not "
-            "table-batched physical tables (sharded methods: full, hash, qr, mixed_dim)"
+            "table-batched physical tables "
+            f"(sharded methods: {', '.join(shardable_methods(registry))})"
         )
     require_fbgemm(f"embedding.name={config.embedding.name} sharded over ranks (TorchRec)")
+
+
+def check_distributed(config: RunConfig, ranks: Ranks) -> None:
+    """What a run over ``ranks`` of a ``torch.distributed`` job cannot do, refused in one
+    line before any work (nothing for one process)."""
+    if not ranks.distributed:
+        return
+    task = config.task.registry.get(config.task.name)
+    if not getattr(task, "distributed", False):
+        registry = config.task.registry
+        runs = sorted(n for n in registry.names() if getattr(registry.get(n), "distributed", False))
+        raise ConfigError(
+            f"task.name={config.task.name} runs in one process; distributed runs "
+            f"({ranks.world} ranks) take the tasks: {', '.join(runs)}"
+        )
+    check_shardable(config)
 
 
 def shard_model(
@@ -469,18 +417,26 @@ def shard_model(
             f"{sorted({tables.dims[t] for t in tables.bag_tables})} are torch tables; sharded "
             f"runs need fbgemm tables (dims multiples of {FBGEMM_DIM_MULTIPLE}, backend fbgemm)"
         )
-    _quiet_torchrec()
-    import torch.distributed as dist
-    from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    planning.drop_fx_tracing_note()  # logged in training's forward, outside the calls below
+    with quiet_torchrec():
+        return _shard(model, config, parallel, table_names(model.embedding, features))
 
-    names = table_names(model.embedding, features)
+
+def _shard(
+    model: RecModel, config: RunConfig, parallel: Parallel, names: list[str]
+) -> ShardedRecModel:
+    """:func:`shard_model`'s TorchRec part: plan the tables ``names``, wrap ``model`` in
+    DMP, fill the shards from the one-process starting values."""
+    import torch.distributed as dist
+    from torchrec.distributed.comm_ops import set_gradient_division
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+
+    assert isinstance(model.embedding, ComposedEmbedding)
+    tables = model.embedding.tables
     rows, dims = list(tables.rows), list(tables.dims)
     sharded = ShardedEmbedding(model.embedding, names)
     model.embedding = sharded
     device = next(model.backbone.parameters()).device
-    from torchrec.distributed.comm_ops import set_gradient_division
-
     set_gradient_division(True)  # what the loss scaling above relies on (TorchRec's default)
     _optimizer_in_backward(sharded.ebc, config)
     precision = wire_precision(config.comm.codec, device)
@@ -488,14 +444,13 @@ def shard_model(
         model.payload = None
     stats = CodecStats()
     sharder = _sharder(precision, device, stats)
-    planner = EmbeddingShardingPlanner(
-        topology=Topology(
-            world_size=parallel.world,
-            compute_device=device.type,
-            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", parallel.world)),
-        ),
-        batch_size=max(1, math.ceil(config.train.batch_size / parallel.world)),
-        constraints=constraints(config.sharding, names, dims, parallel.world),
+    where = planning.topology(
+        parallel.world, device.type, int(os.environ.get("LOCAL_WORLD_SIZE", parallel.world))
+    )
+    planner = planning.planner(
+        where,
+        max(1, math.ceil(config.train.batch_size / parallel.world)),
+        planning.constraints(config.sharding, names, dims, parallel.world),
     )
     plan = planner.collective_plan(model, [sharder], dist.GroupMember.WORLD)
     dmp = DistributedModelParallel(
@@ -504,7 +459,7 @@ def shard_model(
     _fill_initial_values(dmp, names, tables)
     opt = {"rowwise_adagrad": lambda n, d: n, "adagrad": lambda n, d: n * d, "sgd": lambda n, d: 0}
     floats = [opt[config.train.sparse_optimizer](n, d) for n, d in zip(rows, dims, strict=True)]
-    summary = _plan_summary(plan, names, rows, dims, parallel.world, planner, floats)
+    summary = planning.plan_summary(plan, names, rows, dims, parallel.world, planner, floats)
     summary["all_to_all"] = (
         f"TorchRec quantized comms, {precision} forward and backward"
         if precision
@@ -513,32 +468,3 @@ def shard_model(
         else "fp32"
     )
     return ShardedRecModel(dmp, model, summary, parallel, stats if precision else None)
-
-
-def format_plan(plan: dict[str, Any]) -> str:
-    """The plan as two plain-text tables (per table, per rank)."""
-    from tabulate import tabulate
-
-    from suite.units import human_bytes
-
-    tables = tabulate(
-        [
-            [
-                t["table"],
-                t["type"],
-                ",".join(map(str, t["ranks"])) or "all",
-                human_bytes(t["bytes"]),
-            ]
-            for t in plan["tables"]
-        ],
-        headers=["table", "sharding", "ranks", "bytes"],
-    )
-    ranks = tabulate(
-        [
-            [r["rank"], human_bytes(r["bytes"]), f"{r['estimated_cost_ms']:.3f}"]
-            for r in plan["ranks"]
-        ],
-        headers=["rank", "table bytes", "estimated cost (ms/step)"],
-    )
-    wire = f"embedding all-to-all: {plan['all_to_all']}\n" if "all_to_all" in plan else ""
-    return f"sharding plan over {plan['world_size']} ranks\n{tables}\n\n{ranks}\n{wire}"

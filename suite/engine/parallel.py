@@ -6,9 +6,10 @@ imports at module level, so the task interface can name it cheaply.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +17,13 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    from suite.models.base import Ranks
+
 
 @dataclass(frozen=True)
 class Parallel:
-    """This process's place among ``world`` ranks of one ``torch.distributed`` job."""
+    """This process's place among ``world`` ranks of one ``torch.distributed`` job (the
+    :class:`~suite.models.base.Ranks` of a sharded model)."""
 
     rank: int
     world: int
@@ -29,7 +33,18 @@ class Parallel:
         """Rank 0: the one that writes MLflow and results."""
         return self.rank == 0
 
-    def astuple(self) -> tuple[int, int]:
+    @property
+    def distributed(self) -> bool:
+        return True
+
+    def environment(self) -> dict[str, int]:
+        """What a run records of its ranks: the world size."""
+        return {"world_size": self.world}
+
+    @property
+    def part(self) -> tuple[int, int]:
+        """This rank's part of each global batch, as :class:`~suite.data.loader.BatchLoader`
+        takes it."""
         return self.rank, self.world
 
     def part_sizes(self, rows: int) -> list[int]:
@@ -107,6 +122,20 @@ def join_process_group(device: torch.device) -> Parallel | None:
     return Parallel(dist.get_rank(), dist.get_world_size())
 
 
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[Ranks]:
+    """This process's ranks for a run: the ``torchrun`` job's (joined, and left at the
+    end), else :data:`~suite.models.base.ONE_PROCESS`."""
+    joined = join_process_group(device)
+    try:
+        from suite.models.base import ONE_PROCESS
+
+        yield joined or ONE_PROCESS
+    finally:
+        if joined is not None:
+            leave_process_group()
+
+
 def leave_process_group() -> None:
     import torch.distributed as dist
 
@@ -138,7 +167,6 @@ def _gloo_entry(rank: int, world: int, port: int, fn: Callable[..., None], args:
     import torch
     import torch.distributed as dist
 
-    warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     os.environ.update(
         {
@@ -150,12 +178,14 @@ def _gloo_entry(rank: int, world: int, port: int, fn: Callable[..., None], args:
             "LOCAL_WORLD_SIZE": str(world),
         }
     )
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    with warnings.catch_warnings():  # a measurement's worker: its output is its figures
+        warnings.simplefilter("ignore")
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        try:
+            fn(rank, world, *args)
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def gather_to_file(rank: int, figures: Any, path: str) -> None:

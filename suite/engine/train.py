@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +18,6 @@ from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
 from suite.data.prepared import PreparedDataset, SplitArrays
 from suite.engine.checkpoint import Checkpointer, LoopState
-from suite.engine.distributed import restore, snapshot
-from suite.engine.parallel import Parallel
-from suite.errors import ConfigError
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 from suite.progress import progress_bar
@@ -215,18 +212,16 @@ def predict(
     device: torch.device,
     progress: bool = False,
     desc: str = "eval",
-    parallel: Parallel | None = None,
 ) -> np.ndarray:
-    """Logits ``[N]`` for every row of ``split``, in order. With ``parallel``, each rank
-    predicts its part of the rows and every rank gets all ``N`` logits."""
+    """Logits ``[N]`` for every row of ``split``, in order. Over the model's ranks, each
+    predicts its part of every global batch (a sharded lookup is collective: every rank
+    runs as many batches of one shape) and every rank gets all ``N`` logits."""
     was_training = model.training
     model.eval()
+    ranks = model.ranks
     out = np.empty(len(split), dtype=np.float32)  # a rank's parts hold at most every row
     start = 0
-    if parallel is None:
-        loader = BatchLoader(split, batch_size)
-    else:  # a sharded lookup is collective: every rank runs as many batches of one shape
-        loader = BatchLoader(split, batch_size * parallel.world, part=parallel.astuple())
+    loader = BatchLoader(split, batch_size * ranks.world, part=ranks.part)
     for batch in progress_bar(loader, desc=desc, enabled=progress, leave=False, unit="batch"):
         batch = batch.to(device)
         logits = model(batch.dense, batch.sparse)
@@ -234,9 +229,7 @@ def predict(
         out[start : start + real] = logits[:real].float().cpu().numpy()
         start += real
     model.train(was_training)
-    if parallel is not None:
-        return parallel.gather_parts(out[:start], len(split), batch_size * parallel.world)
-    return out
+    return ranks.gather_parts(out[:start], len(split), batch_size * ranks.world)
 
 
 def evaluate(
@@ -246,10 +239,9 @@ def evaluate(
     device: torch.device,
     progress: bool = False,
     desc: str = "eval",
-    parallel: Parallel | None = None,
 ) -> dict[str, float]:
     """Exact AUC and log loss over the whole split (gathered from every rank)."""
-    logits = predict(model, split, batch_size, device, progress, desc, parallel)
+    logits = predict(model, split, batch_size, device, progress, desc)
     return binary_metrics(np.asarray(split.label), logits)
 
 
@@ -259,10 +251,10 @@ def train(
     train_config: TrainConfig,
     seed: int,
     device: torch.device,
+    *,
     on_train_metrics: MetricsCallback | None = None,
     on_validation: MetricsCallback | None = None,
     checkpoints: Checkpointer | list[Checkpointer] | None = None,
-    parallel: Parallel | None = None,
     curve: ValCurve | None = None,
 ) -> TrainOutcome:
     """Train on ``data``'s train split; validate at each epoch end (and every
@@ -280,116 +272,195 @@ def train(
     decision is a function of the validation history alone, so a resumed run (its history
     is in the checkpoint) stops at the same step as an uninterrupted one.
 
-    With ``parallel`` (a rank of a distributed run, ``model`` sharded by
-    :func:`suite.engine.distributed.shard_model`), the rank trains on its part of every
-    global batch; losses and validation metrics are those of the whole batch and split,
-    the same on every rank, and only the leader shows progress.
+    Over the model's ranks (``model.ranks``: a sharded model's are the job's), each rank
+    trains on its part of every global batch; losses and validation metrics are those of
+    the whole batch and split, the same on every rank, and only the leader shows progress.
 
-    With ``curve`` (one process only), validation AUC is also logged along training on a
-    part of the validation split (:class:`ValCurve`), changing nothing of the training.
+    With ``curve`` (see :func:`val_curve`), validation AUC is also logged along training on
+    a part of the validation split (:class:`ValCurve`), changing nothing of the training.
     """
-    cfg = train_config
-    loader = BatchLoader(
-        data.split("train"),
-        cfg.batch_size,
-        shuffle=cfg.shuffle,
-        seed=seed,
-        part=parallel.astuple() if parallel else None,
-    )
-    dense_opt = make_dense_optimizer(model.dense_parameters(), cfg)
-    total = min(cfg.max_steps or 10**18, cfg.epochs * len(loader))
-    val_split = data.split("val")
-    log_every = max(1, min(50, total // 20))
-    if curve is not None and parallel is not None:
-        raise ConfigError("the validation curve runs in one process only (val_curve)")
-    curve_steps = curve.steps(total) if curve else set()
-    curve_split = curve.split(val_split) if curve else None
-
-    writers = [checkpoints] if isinstance(checkpoints, Checkpointer) else list(checkpoints or [])
-    if parallel and any(w.parallel is None for w in writers):
-        raise ConfigError(
-            "a distributed run's checkpointers need its ranks: run_checkpoints(..., parallel)"
-        )
-    for writer in writers:
-        writer.start(model)
-    state = (writers[0].restore(model, dense_opt) if writers else None) or LoopState()
-    checkpoint_seconds = 0.0
-
-    def validate() -> bool:
-        """Validate, record, and say whether early stopping ends training here."""
-        metrics = evaluate(model, val_split, cfg.eval_batch_size, device, parallel=parallel)
-        record = {"step": float(state.step), **{f"val_{k}": v for k, v in metrics.items()}}
-        state.history.append(record)
-        if on_validation:
-            on_validation({f"val_{k}": v for k, v in metrics.items()}, state.step)
-        if cfg.checkpoint == "best" and metrics["auc"] > state.best_auc:
-            state.best_auc, state.best_step = metrics["auc"], state.step
-            state.best = snapshot(model) if parallel else copy.deepcopy(model.state_dict())
-        return patience_spent(state.history, cfg)
-
+    loop = _Loop.start(model, data, train_config, seed, device, _as_list(checkpoints), curve)
+    loop.on_train_metrics, loop.on_validation = on_train_metrics, on_validation
     model.train()
-    bar = progress_bar(
-        total=total,
-        initial=state.step,
+    loop.bar = progress_bar(
+        total=loop.total,
+        initial=loop.state.step,
         desc="train",
         unit="step",
-        enabled=cfg.progress and (parallel is None or parallel.leader),
+        enabled=train_config.progress and model.ranks.leader,
     )
-    stop = patience_spent(state.history, cfg)  # resumed from the stopping validation's step
-    for epoch in range(state.epoch, cfg.epochs):
+    stop = patience_spent(loop.state.history, train_config)  # resumed at the stopping step
+    for epoch in range(loop.state.epoch, train_config.epochs):
         if stop:
             break
+        stop = loop.epoch(epoch)
+        if loop.state.step >= loop.total or stop:
+            break
+    loop.bar.close()
+    return _outcome(model, train_config, loop.state, loop.total, loop.checkpoint_seconds)
+
+
+def _as_list(checkpoints: Checkpointer | list[Checkpointer] | None) -> list[Checkpointer]:
+    return [checkpoints] if isinstance(checkpoints, Checkpointer) else list(checkpoints or [])
+
+
+@dataclass
+class _Loop:
+    """One training run under way: what it reads (model, loader, optimizer, budget) and
+    where it is (:class:`LoopState`, restored from a checkpoint when one resumes)."""
+
+    model: RecModel
+    cfg: TrainConfig
+    device: torch.device
+    loader: BatchLoader
+    dense_opt: torch.optim.Optimizer | None
+    total: int
+    """Steps in the whole run."""
+    val_split: SplitArrays
+    writers: list[Checkpointer]
+    state: LoopState
+    curve: ValCurve | None
+    curve_steps: set[int]
+    curve_split: SplitArrays | None
+    on_train_metrics: MetricsCallback | None = None
+    on_validation: MetricsCallback | None = None
+    checkpoint_seconds: float = 0.0
+    tick: float = 0.0
+    """When the clock of training time (``state.seconds``) last started."""
+    bar: Any = None
+
+    @classmethod
+    def start(
+        cls,
+        model: RecModel,
+        data: PreparedDataset,
+        cfg: TrainConfig,
+        seed: int,
+        device: torch.device,
+        writers: list[Checkpointer],
+        curve: ValCurve | None,
+    ) -> _Loop:
+        """The run's loader (this rank's part of each batch), optimizer and budget; its
+        checkpointers started and the first one's checkpoint restored, if any."""
+        loader = BatchLoader(
+            data.split("train"),
+            cfg.batch_size,
+            shuffle=cfg.shuffle,
+            seed=seed,
+            part=model.ranks.part,
+        )
+        dense_opt = make_dense_optimizer(model.dense_parameters(), cfg)
+        total = min(cfg.max_steps or 10**18, cfg.epochs * len(loader))
+        val_split = data.split("val")
+        for writer in writers:
+            writer.start(model)  # checks the writer's ranks are the model's
+        state = (writers[0].restore(model, dense_opt) if writers else None) or LoopState()
+        return cls(
+            model,
+            cfg,
+            device,
+            loader,
+            dense_opt,
+            total,
+            val_split,
+            writers,
+            state,
+            curve,
+            curve.steps(total) if curve else set(),
+            curve.split(val_split) if curve else None,
+        )
+
+    @property
+    def log_every(self) -> int:
+        return max(1, min(50, self.total // 20))
+
+    def epoch(self, epoch: int) -> bool:
+        """Train epoch ``epoch`` (the rest of it, on resuming) up to the budget, then
+        validate; whether early stopping ends training."""
+        state = self.state
         if epoch != state.epoch:
             state.epoch, state.batch = epoch, 0
-        loader.set_epoch(epoch)
-        tick = time.perf_counter()
-        for batch in loader.batches(state.batch) if state.step < total else ():
-            state.step += 1
-            state.batch += 1
-            batch = batch.to(device)
-            for writer in writers:
-                writer.observe(model, batch.sparse)
-            loss = train_step(model, batch, dense_opt, state.step)
-            state.examples += len(batch)
-            state.loss_sum += float(loss.detach())
-            state.loss_count += 1
-            bar.update(1)
-            if state.step % log_every == 0 or state.step == total:
-                if parallel:  # each rank's loss is its share of the batch's mean loss
-                    state.loss_sum = parallel.sum([state.loss_sum])[0]
-                bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}")
-                if on_train_metrics:
-                    on_train_metrics(
-                        {"train_logloss": state.loss_sum / state.loss_count}, state.step
-                    )
-                state.loss_sum, state.loss_count = 0.0, 0
-            if (
-                cfg.eval_every_steps
-                and state.step % cfg.eval_every_steps == 0
-                and state.step < total
-            ):
-                state.seconds += time.perf_counter() - tick
-                stop = validate()
-                tick = time.perf_counter()
-            if curve and curve_split is not None and state.step in curve_steps:
-                state.seconds += time.perf_counter() - tick
-                curve.evaluate(model, curve_split, cfg.eval_batch_size, device, state.step)
-                tick = time.perf_counter()
-            due = [writer for writer in writers if writer.due(state.step)]
-            if due:
-                state.seconds += time.perf_counter() - tick
-                checkpoint_seconds += sum(w.save(model, dense_opt, state).seconds for w in due)
-                tick = time.perf_counter()
-            if state.step >= total or stop:
+        self.loader.set_epoch(epoch)
+        self.tick = time.perf_counter()
+        stop = False
+        for batch in self.loader.batches(state.batch) if state.step < self.total else ():
+            stop = self.step(batch)
+            if state.step >= self.total or stop:
                 break
-        state.seconds += time.perf_counter() - tick
+        state.seconds += time.perf_counter() - self.tick
         if not state.history or state.history[-1]["step"] != state.step:
-            stop = validate()
-        if state.step >= total or stop:
-            break
-    bar.close()
+            stop = self.validate()
+        return stop
 
-    return _outcome(model, cfg, state, total, checkpoint_seconds, parallel)
+    def step(self, batch: Batch) -> bool:
+        """One training step, then what falls due at it (loss log, validation, curve,
+        checkpoints); whether early stopping ends training."""
+        state, model = self.state, self.model
+        state.step += 1
+        state.batch += 1
+        batch = batch.to(self.device)
+        for writer in self.writers:
+            writer.observe(model, batch.sparse)
+        loss = train_step(model, batch, self.dense_opt, state.step)
+        state.examples += len(batch)
+        state.loss_sum += float(loss.detach())
+        state.loss_count += 1
+        self.bar.update(1)
+        if state.step % self.log_every == 0 or state.step == self.total:
+            self.log_loss()
+        return self.between_steps()
+
+    def log_loss(self) -> None:
+        """Show and report the mean training loss since the last report (summed over the
+        ranks: each rank's loss is its share of the batch's mean loss)."""
+        state = self.state
+        state.loss_sum = self.model.ranks.sum([state.loss_sum])[0]
+        self.bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}")
+        if self.on_train_metrics:
+            self.on_train_metrics({"train_logloss": state.loss_sum / state.loss_count}, state.step)
+        state.loss_sum, state.loss_count = 0.0, 0
+
+    def between_steps(self) -> bool:
+        """Validation every ``eval_every_steps``, the curve's points and the checkpoints
+        due after this step, off the training clock; whether early stopping ends training."""
+        state, cfg = self.state, self.cfg
+        stop = False
+        every = cfg.eval_every_steps
+        if every and state.step % every == 0 and state.step < self.total:
+            with self.paused():
+                stop = self.validate()
+        if self.curve and self.curve_split is not None and state.step in self.curve_steps:
+            with self.paused():
+                self.curve.evaluate(
+                    self.model, self.curve_split, cfg.eval_batch_size, self.device, state.step
+                )
+        due = [writer for writer in self.writers if writer.due(state.step)]
+        if due:
+            with self.paused():
+                self.checkpoint_seconds += sum(
+                    w.save(self.model, self.dense_opt, state).seconds for w in due
+                )
+        return stop
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The training clock stopped inside."""
+        self.state.seconds += time.perf_counter() - self.tick
+        yield
+        self.tick = time.perf_counter()
+
+    def validate(self) -> bool:
+        """Validate, record, and say whether early stopping ends training here."""
+        state, cfg, model = self.state, self.cfg, self.model
+        metrics = evaluate(model, self.val_split, cfg.eval_batch_size, self.device)
+        record = {"step": float(state.step), **{f"val_{k}": v for k, v in metrics.items()}}
+        state.history.append(record)
+        if self.on_validation:
+            self.on_validation({f"val_{k}": v for k, v in metrics.items()}, state.step)
+        if cfg.checkpoint == "best" and metrics["auc"] > state.best_auc:
+            state.best_auc, state.best_step = metrics["auc"], state.step
+            state.best = model.snapshot()
+        return patience_spent(state.history, cfg)
 
 
 def _outcome(
@@ -398,15 +469,11 @@ def _outcome(
     state: LoopState,
     total: int,
     checkpoint_seconds: float,
-    parallel: Parallel | None,
 ) -> TrainOutcome:
     """Load the checkpoint the config keeps into ``model``; what training produced."""
     checkpoint_step = state.step
     if cfg.checkpoint == "best" and state.best is not None:
-        if parallel:
-            restore(model, state.best)
-        else:
-            model.load_state_dict(state.best)
+        model.restore(state.best)
         checkpoint_step = state.best_step
     spent = patience_spent(state.history, cfg)
     best = _best_index(state.history)

@@ -30,6 +30,7 @@ from suite.leaderboard.schema import (
 )
 from suite.leaderboard.validate import inside, summarize
 from suite.results import TaskResult
+from suite.tracking import PARENT_RUN_TAG, RunStore
 
 ENV_KEYS = tuple(Environment.model_fields)
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -72,25 +73,21 @@ def _check_run_id(run_id: str) -> str:
     return run_id
 
 
-def _client(tracking_uri: str | None) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    from suite.tracking import resolve_tracking_uri
-
-    return MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
+def _client(tracking_uri: str | None) -> RunStore:
+    return RunStore(tracking_uri)
 
 
-def _run_result(client: Any, run_id: str) -> tuple[TaskResult, str | None]:
+def _run_result(client: RunStore, run_id: str) -> tuple[TaskResult, str | None]:
     """The ``result.json`` artifact of an MLflow run, and the run's parent run id."""
     try:
-        run = client.get_run(run_id)
+        run = client.run(run_id)
     except Exception as exc:  # noqa: BLE001 - mlflow raises several kinds
         raise SuiteError(f"MLflow run {run_id}: cannot read it ({exc})") from None
     if run.info.status != "FINISHED":
         raise SuiteError(f"MLflow run {run_id} is {run.info.status}, not FINISHED")
     with tempfile.TemporaryDirectory(prefix="recsuite-submit-") as tmp:
         try:
-            local = Path(client.download_artifacts(run_id, "result.json", tmp))
+            local = client.download(run_id, "result.json", tmp)
         except Exception as exc:  # noqa: BLE001
             raise SuiteError(f"MLflow run {run_id} has no result.json artifact ({exc})") from None
         if not inside(local, Path(tmp)):
@@ -98,7 +95,7 @@ def _run_result(client: Any, run_id: str) -> tuple[TaskResult, str | None]:
         result = load_result_file(local)
     if result.mlflow_run_id not in (None, run_id):
         raise SuiteError(f"MLflow run {run_id}: its result.json names run {result.mlflow_run_id}")
-    parent = run.data.tags.get("mlflow.parentRunId")
+    parent = run.data.tags.get(PARENT_RUN_TAG)
     return result.model_copy(update={"mlflow_run_id": run_id}), parent
 
 
@@ -119,14 +116,10 @@ def results_from_parent(parent_id: str, tracking_uri: str | None) -> list[TaskRe
     client = _client(tracking_uri)
     _check_run_id(parent_id)
     try:
-        parent = client.get_run(parent_id)
+        parent = client.run(parent_id)
     except Exception as exc:  # noqa: BLE001
         raise SuiteError(f"MLflow run {parent_id}: cannot read it ({exc})") from None
-    children = client.search_runs(
-        [parent.info.experiment_id],
-        filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'",
-        max_results=1000,
-    )
+    children = client.find([parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'")
     finished = [c.info.run_id for c in children if c.info.status == "FINISHED"]
     if not finished:
         raise SuiteError(f"MLflow run {parent_id} has no finished child runs")

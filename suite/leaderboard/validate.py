@@ -169,8 +169,16 @@ def metric_range_problem(task: str, metric: str, value: float) -> str | None:
 
 
 def check_config(name: str, sub: Submission) -> tuple[list[Problem], list[Problem]]:
+    """(problems, warnings) of ``sub``'s config: its hashes, the fields the submission
+    repeats, and whether this suite still resolves it to what it recorded."""
+    problems = _check_hashes(name, sub) + _check_repeated(name, sub)
+    found, warnings = _check_resolves(name, sub)
+    return problems + found, warnings
+
+
+def _check_hashes(name: str, sub: Submission) -> list[Problem]:
+    """No seed in the config; its hash and each seed's hash recomputed."""
     problems: list[Problem] = []
-    warnings: list[Problem] = []
     config = sub.config
     if "seed" in config:
         problems.append(
@@ -193,6 +201,14 @@ def check_config(name: str, sub: Submission) -> tuple[list[Problem], list[Proble
                     f"is {run.config_hash} but the config with seed {run.seed} hashes to {expected}",
                 )
             )
+    return problems
+
+
+def _check_repeated(name: str, sub: Submission) -> list[Problem]:
+    """The fields the submission states beside its config (model, dataset, device, ...)
+    agree with the config."""
+    problems: list[Problem] = []
+    config = sub.config
     for key, actual in (
         ("model", _get(config, "model", "name")),
         ("embedding", _get(config, "embedding", "name")),
@@ -222,6 +238,15 @@ def check_config(name: str, sub: Submission) -> tuple[list[Problem], list[Proble
                 f"is {sub.environment.threads} but config.train.threads is {threads}",
             )
         )
+    return problems
+
+
+def _check_resolves(name: str, sub: Submission) -> tuple[list[Problem], list[Problem]]:
+    """(problems, warnings): the config resolves with this suite to what it recorded; a
+    stale warning where the suite resolves fields the record lacks."""
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    config = sub.config
     try:
         resolved = resolve_recorded({**config, "seed": sub.seeds[0].seed})
     except ConfigError as exc:

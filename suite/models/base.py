@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import math
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import torch
 from pydantic import BeforeValidator
 from torch import nn
 
 from suite.embeddings.base import EmbeddingMethod
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def parse_layers(value: Any) -> list[int]:
@@ -87,6 +91,81 @@ class Backbone(nn.Module):
         raise NotImplementedError
 
 
+class Ranks(Protocol):
+    """The processes a model's state is spread over, and their collectives: the training
+    loop and the tasks go through these, never asking whether a run is distributed.
+    :class:`OneProcess` for a model in one process; a sharded model's are
+    :class:`suite.engine.parallel.Parallel`."""
+
+    rank: int
+    world: int
+
+    @property
+    def leader(self) -> bool:
+        """Rank 0: the one that shows progress and writes the run's record."""
+        ...
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the ranks are processes of a ``torch.distributed`` job."""
+        ...
+
+    @property
+    def part(self) -> tuple[int, int] | None:
+        """``(rank, world)`` for :class:`~suite.data.loader.BatchLoader` to read this
+        rank's part of each global batch; ``None``: the whole batch."""
+        ...
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum of ``values`` over the ranks."""
+        ...
+
+    def min(self, value: int) -> int:
+        """The smallest of the ranks' ``value``."""
+        ...
+
+    def gather_parts(self, local: np.ndarray, n: int, batch: int) -> np.ndarray:
+        """The ``[n]`` values of a split read in global batches of ``batch`` rows, from
+        each rank's ``local`` values of its parts, on every rank."""
+        ...
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        ...
+
+    def environment(self) -> dict[str, int]:
+        """What a run records of its ranks (``world_size``; nothing for one process)."""
+        ...
+
+
+class OneProcess:
+    """The ranks of a model in one process: rank 0 of 1, its collectives the identity."""
+
+    rank = 0
+    world = 1
+    leader = True
+    distributed = False
+    part = None
+
+    def sum(self, values: list[float]) -> list[float]:
+        return list(values)
+
+    def min(self, value: int) -> int:
+        return value
+
+    def gather_parts(self, local: np.ndarray, n: int, batch: int) -> np.ndarray:
+        return local
+
+    def barrier(self) -> None:
+        return None
+
+    def environment(self) -> dict[str, int]:
+        return {}
+
+
+ONE_PROCESS = OneProcess()
+
+
 class RecModel(nn.Module):
     """An embedding method feeding a backbone.
 
@@ -117,6 +196,59 @@ class RecModel(nn.Module):
 
     def flops_per_example(self) -> int:
         return self.backbone.flops_per_example() + self.embedding.flops_per_example()
+
+    # -- where the model's state lives: one process here; a sharded model overrides these
+
+    @property
+    def ranks(self) -> Ranks:
+        """The processes the model's state is spread over (:data:`ONE_PROCESS` here)."""
+        return ONE_PROCESS
+
+    def local_state(self) -> dict[str, torch.Tensor]:
+        """This rank's state: the whole ``state_dict`` in one process."""
+        return self.state_dict()
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """A copy of :meth:`local_state` (``checkpoint: best``), for :meth:`restore`."""
+        return copy.deepcopy(self.state_dict())
+
+    def restore(self, saved: dict[str, torch.Tensor]) -> None:
+        """Put back what :meth:`snapshot` took."""
+        self.load_state_dict(saved)
+
+    def dense_checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """The state but the embedding's (whose is the embedding's ``checkpoint_state``),
+        by name."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("embedding.")}
+
+    def load_dense_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Load :meth:`dense_checkpoint_state`'s tensors back; ``ValueError`` naming what
+        does not fit this model."""
+        missing, unexpected = self.load_state_dict(tensors, strict=False)
+        dense_missing = [k for k in missing if not k.startswith("embedding.")]
+        if unexpected or dense_missing:
+            raise ValueError(
+                f"does not fit this model (missing {dense_missing[:3]}, "
+                f"unexpected {unexpected[:3]})"
+            )
+
+    def wire_figures(self) -> dict[str, float]:
+        """Figures of the embeddings' all-to-all on the wire (none in one process)."""
+        return {}
+
+    def plan(self) -> dict[str, Any] | None:
+        """Where the tables live over the ranks (``None``: all here, in one process)."""
+        return None
+
+    def placement(self) -> dict[str, Any]:
+        """A run's details of where the model lives: ``world_size`` and
+        ``sharding_plan`` of a sharded model, nothing in one process."""
+        return {}
+
+    def whole_module(self) -> nn.Module | None:
+        """The model as one module to save and serve (``None`` where no process holds
+        all of it: a sharded model)."""
+        return self
 
 
 def training_flops(model: RecModel, examples: int) -> int:

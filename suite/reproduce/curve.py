@@ -258,8 +258,8 @@ class CurveData:
 
 
 def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
-    """The curve of a :class:`~suite.reproduce.runner.PaperOutcome`, ranked."""
-    from suite.reproduce.runner import run_config
+    """The curve of a :class:`~suite.reproduce.outcome.PaperOutcome`, ranked."""
+    from suite.reproduce.plan import run_config
 
     curve = outcome.spec.curve
     if curve is None or curve.reference not in outcome.runs:

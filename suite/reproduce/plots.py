@@ -22,7 +22,7 @@ from suite.figures import (
     metric_label,
     save_figure,
 )
-from suite.reproduce.runner import Reproduction, RunRecord
+from suite.reproduce.outcome import Reproduction, RunRecord
 from suite.stats import ScalingFit
 
 

@@ -21,13 +21,10 @@ import numpy as np
 
 from suite.data.access import AccessStream, hot_row_shares, zipf_exponent
 from suite.data.prepared import PreparedDataset
-from suite.datasets.synthetic import (
-    AVAZU_CARDINALITIES,
-    CRITEO_CARDINALITIES,
-    KAGGLE_ROWS,
-)
+from suite.datasets.avazu import AVAZU_CARDINALITIES
+from suite.datasets.criteo import CRITEO_CARDINALITIES, KAGGLE_ROWS
 from suite.tasks.characterize import CharacterizeOptions
-from suite.units import human_bytes
+from suite.units import SHARE, format_cell, human_bytes
 
 DIM = 16
 """Embedding dim of the tables' bytes column (fp32 rows)."""
@@ -87,8 +84,12 @@ def regime_rows(data: PreparedDataset, name: str | None = None) -> list[dict[str
         "embedding rows": f"{int(figures['embedding_rows']):,}",
         f"tables at dim {DIM}": human_bytes(figures["table_bytes"]),
         "examples per embedding row": f"{figures['examples_per_row']:.2f}",
-        "Zipf exponent of lookups": _cell(figures["zipf_exponent"], "{:.2f}"),
-        "hottest 1% rows: lookups": _cell(figures["hot_0.01_lookup_share"], "{:.1%}"),
+        "Zipf exponent of lookups": format_cell(
+            figures["zipf_exponent"], decimals=2, thousands=False, missing="-"
+        ),
+        "hottest 1% rows: lookups": format_cell(
+            figures["hot_0.01_lookup_share"], unit=SHARE, missing="-"
+        ),
     }
     return [own, *(_reference(*ref) for ref in REFERENCES)]
 
@@ -106,7 +107,3 @@ def _reference(name: str, examples: str, cards: list[int] | None) -> dict[str, A
         "Zipf exponent of lookups": "-",
         "hottest 1% rows: lookups": "-",
     }
-
-
-def _cell(value: float, fmt: str) -> str:
-    return "-" if math.isnan(value) else fmt.format(value)

@@ -79,7 +79,7 @@ def regime_table(outcomes: list[RegimeOutcome], report_dir: Path | None) -> list
 
 def cost_rows(outcomes: list[RegimeOutcome]) -> list[dict[str, str]]:
     """Each regime's jobs, those adopted from the standard profile, and their job-minutes."""
-    from suite.reproduce.runner import training_wall_s
+    from suite.reproduce.outcome import training_wall_s
 
     rows = []
     for regime in outcomes:

@@ -36,16 +36,16 @@ from pydantic import Field
 from suite.config import Frozen, deep_merge, load_yaml
 from suite.errors import ConfigError
 from suite.reproduce.claims import ClaimOutcome
-from suite.reproduce.runner import (
+from suite.reproduce.outcome import Reproduction
+from suite.reproduce.plan import (
     Job,
-    Reproduction,
     plan_jobs,
     plan_runs,
     profile_seeds,
-    reproduce,
     select_specs,
     selected_claims,
 )
+from suite.reproduce.runner import reproduce
 from suite.reproduce.spec import SPEC_DIR
 
 PROFILE = "regime"

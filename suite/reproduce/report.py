@@ -18,7 +18,7 @@ from typing import Any
 from suite.decisions import ALPHA, holm
 from suite.environment import environment
 from suite.reproduce.claims import NOT_TESTABLE, UNDERPOWERED, ClaimOutcome, describe
-from suite.reproduce.runner import PaperOutcome, Reproduction, RunRecord, training_wall_s
+from suite.reproduce.outcome import PaperOutcome, Reproduction, RunRecord, training_wall_s
 from suite.stats import Interval, ScalingFit
 
 TIMINGS_HEADING = "## Timings (machine-dependent)"
@@ -393,21 +393,9 @@ def _dataset_label(spec: Any) -> str:
     return ", ".join(parts)
 
 
-def render_report(
-    reproduction: Reproduction,
-    plots: list[str],
-    command: str,
-    date: datetime | None = None,
-    regime: list[dict] | None = None,
-) -> str:
-    """The report's Markdown."""
-    import json
-
-    apply_holm(reproduction)
-    mark_unconverged(reproduction)
-
-    first = next(iter(next(iter(reproduction.papers)).runs.values())).config
-    env = environment(first.device)
+def machine_text(reproduction: Reproduction, env: dict[str, Any]) -> str:
+    """CPU models, torch thread counts and GPU models the runs recorded (this machine's
+    where none did)."""
     recorded = [
         r.environment
         for p in reproduction.papers
@@ -420,7 +408,17 @@ def render_report(
     gpus = sorted({str(e["gpu_model"]) for e in recorded if e.get("gpu_model")})
     if gpus:
         machine += f"; GPU {' / '.join(gpus)}"
-    header = [
+    return machine
+
+
+def header_rows(reproduction: Reproduction, command: str) -> list[dict[str, str]]:
+    """The report's header table: command, overrides, commit, machine, software, seeds."""
+    import json
+
+    first = next(iter(next(iter(reproduction.papers)).runs.values())).config
+    env = environment(first.device)
+    machine = machine_text(reproduction, env)
+    return [
         {"": "command", " ": f"`{command}`"},
         {"": "overrides", " ": json.dumps(reproduction.overrides, sort_keys=True) or "none"},
         {"": "commit", " ": str(env["git_commit"])},
@@ -433,54 +431,39 @@ def render_report(
         {"": "seeds", " ": ", ".join(map(str, reproduction.seeds)) + " (every run, paired)"},
         {"": "MLflow parent run", " ": reproduction.mlflow_run_id or "tracking off"},
     ]
-    lines = [
-        f"# Reproduction report: `{reproduction.profile}` profile",
-        "",
-        table(header),
-        "",
-        *regime_lines(regime),
-        summary_line(reproduction),
-        "",
-        METHOD_TEXT,
-        "",
-        "On one machine and "
-        "thread count every figure is bit-identical when rerun; another CPU model may move "
-        "the last digits (fbgemm and oneDNN pick different SIMD kernels).",
-        "",
-    ]
-    for outcome in reproduction.papers:
-        spec = outcome.spec
-        title = f"[{spec.title}]({spec.link})" if spec.link else spec.title
-        lines += [f"## {spec.paper}: {title}", ""]
-        note = spec.profiles[outcome.profile].note
-        if note:
-            lines += [f"Profile `{outcome.profile}`: {note}", ""]
-        if spec.source:
-            lines += [f"Reference figures: {spec.source}", ""]
-        claims = [c for c in outcome.claims if not c.timing]
-        if claims:
-            lines += claims_section(claims)
-        timed = [c.claim.id for c in outcome.claims if c.timing]
-        if timed:
-            lines += [f"Judged under Timings (machine-dependent): {', '.join(timed)}.", ""]
-        if outcome.fits:
-            lines += [table([fit_row(f, outcome, fit) for f, fit in outcome.fits.items()]), ""]
-        lines += [table([run_row(rid, outcome) for rid in outcome.runs]), ""]
-        if spec.curve is not None:  # methods x budgets (suite.reproduce.curve)
-            from suite.reproduce.curve import curve_section
 
-            lines += curve_section(outcome, reproduction.overrides)
-    if plots:
-        lines += ["## Plots", ""]
-        lines += [f"![{Path(p).stem}]({p})" for p in plots]
-        lines.append("")
+
+def paper_lines(outcome: PaperOutcome, overrides: dict[str, Any]) -> list[str]:
+    """One paper's section: title, profile note, claims, scaling fits, runs, curve."""
+    spec = outcome.spec
+    title = f"[{spec.title}]({spec.link})" if spec.link else spec.title
+    lines = [f"## {spec.paper}: {title}", ""]
+    note = spec.profiles[outcome.profile].note
+    if note:
+        lines += [f"Profile `{outcome.profile}`: {note}", ""]
+    if spec.source:
+        lines += [f"Reference figures: {spec.source}", ""]
+    claims = [c for c in outcome.claims if not c.timing]
+    if claims:
+        lines += claims_section(claims)
+    timed = [c.claim.id for c in outcome.claims if c.timing]
+    if timed:
+        lines += [f"Judged under Timings (machine-dependent): {', '.join(timed)}.", ""]
+    if outcome.fits:
+        lines += [table([fit_row(f, outcome, fit) for f, fit in outcome.fits.items()]), ""]
+    lines += [table([run_row(rid, outcome) for rid in outcome.runs]), ""]
+    if spec.curve is not None:  # methods x budgets (suite.reproduce.curve)
+        from suite.reproduce.curve import curve_section
+
+        lines += curve_section(outcome, overrides)
+    return lines
+
+
+def timing_lines(reproduction: Reproduction, date: datetime | None) -> list[str]:
+    """The Timings section: date, wall time, each distinct run's throughput and wall
+    seconds, and the claims on timings."""
     when = (date or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
-    lines += [
-        TIMINGS_HEADING,
-        "",
-        f"Date {when}; {wall_time_text(reproduction)}",
-        "",
-    ]
+    lines = [TIMINGS_HEADING, "", f"Date {when}; {wall_time_text(reproduction)}", ""]
     timing_rows = []
     seen: set[str] = set()
     for outcome in reproduction.papers:
@@ -508,6 +491,41 @@ def render_report(
             "",
         ]
         lines += claims_section([c for _, c in timed], [paper for paper, _ in timed])
+    return lines
+
+
+def render_report(
+    reproduction: Reproduction,
+    plots: list[str],
+    command: str,
+    date: datetime | None = None,
+    regime: list[dict] | None = None,
+) -> str:
+    """The report's Markdown."""
+    apply_holm(reproduction)
+    mark_unconverged(reproduction)
+    lines = [
+        f"# Reproduction report: `{reproduction.profile}` profile",
+        "",
+        table(header_rows(reproduction, command)),
+        "",
+        *regime_lines(regime),
+        summary_line(reproduction),
+        "",
+        METHOD_TEXT,
+        "",
+        "On one machine and "
+        "thread count every figure is bit-identical when rerun; another CPU model may move "
+        "the last digits (fbgemm and oneDNN pick different SIMD kernels).",
+        "",
+    ]
+    for outcome in reproduction.papers:
+        lines += paper_lines(outcome, reproduction.overrides)
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{Path(p).stem}]({p})" for p in plots]
+        lines.append("")
+    lines += timing_lines(reproduction, date)
     return "\n".join(lines)
 
 

@@ -5,6 +5,10 @@ the profile, as a child of one MLflow parent run for the whole reproduction. A c
 named by paper and role (``qr/hash_4 seed 3``) and tagged with the papers, roles and claim
 ids it serves; a config that several papers share (same resolved config) runs once per
 seed. A scaling family's sizes are ordinary ``accuracy`` runs, one per member.
+
+The plan (which configs and seeds) is :mod:`suite.reproduce.plan`, the judging
+:mod:`suite.reproduce.judge`, what was found :mod:`suite.reproduce.outcome`; this module
+schedules the jobs, resumes from stored results and tracks the parent run.
 """
 
 from __future__ import annotations
@@ -16,305 +20,28 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from suite.config import RunConfig, deep_merge, load_yaml, validate_config
-from suite.embeddings.budget import BudgetUnreachable
+from suite.config import RunConfig
 from suite.errors import ConfigError, SuiteError
-from suite.presets import preset_path
 from suite.progress import progress_bar
-from suite.reproduce.claims import (
-    COMPUTE_METRIC,
-    ClaimOutcome,
-    NoiseLookup,
-    PairNoise,
-    SeedFigures,
-    evaluate,
-    evaluate_scaling,
-    noise_from_predictions,
+from suite.reproduce.judge import NoiseBook, judge
+from suite.reproduce.outcome import Reproduction, RunRecord
+from suite.reproduce.plan import (
+    Job,
+    PlannedRun,
+    plan_jobs,
+    plan_runs,
+    profile_seeds,
+    run_config,
+    select_specs,
 )
-from suite.reproduce.spec import BUDGET_KEY, Claim, ReproductionSpec, list_specs, load_spec
-from suite.reproduce.store import NoiseKey
-from suite.results import TaskResult, find_metric
-from suite.stats import Interval, ScalingFit, mean_ci
-
-
-@dataclass
-class RunRecord:
-    """One config run under every seed of the profile."""
-
-    run_id: str
-    config: RunConfig
-    seeds: list[int]
-    results: dict[int, TaskResult] = field(default_factory=dict)
-
-    @property
-    def per_seed(self) -> dict[int, dict[str, float]]:
-        return {seed: seed_metrics(r) for seed, r in self.results.items()}
-
-    def interval(self, metric: str) -> Interval:
-        values = [m[metric] for m in self.per_seed.values() if metric in m]
-        return mean_ci(values)
-
-    @property
-    def metrics(self) -> dict[str, float]:
-        """Mean of each metric over seeds."""
-        per_seed = list(self.per_seed.values())
-        names = [k for k in per_seed[0] if all(k in m for m in per_seed)] if per_seed else []
-        return {k: float(np.mean([m[k] for m in per_seed])) for k in names}
-
-    @property
-    def duration_s(self) -> float:
-        return float(sum(r.duration_s for r in self.results.values()))
-
-    @property
-    def mlflow_run_ids(self) -> dict[int, str | None]:
-        return {seed: r.mlflow_run_id for seed, r in self.results.items()}
-
-    def test_predictions(self, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The run's test ``(labels [N], logits [N])`` under ``seed``, if it kept them."""
-        from suite.reproduce.store import predictions
-
-        result = self.results.get(seed)
-        return predictions(result) if result is not None else None
-
-    def metric_kind(self, metric: str) -> str | None:
-        """The declared kind of one of this run's metrics (``measured`` for timings), or
-        None where its task does not declare it (figures the runner derives)."""
-        task = self.config.task.registry.get(self.config.task.name)
-        spec = find_metric(task.metrics, metric)
-        return spec.kind if spec else None
-
-
-def seed_metrics(result: TaskResult) -> dict[str, float]:
-    """A run's metrics plus its training compute (3 x forward FLOPs x examples)."""
-    metrics = dict(result.metrics)
-    examples = result.details.get("examples")
-    if examples is not None and "flops_per_example" in metrics:
-        metrics[COMPUTE_METRIC] = 3.0 * metrics["flops_per_example"] * float(examples)
-    return metrics
-
-
-@dataclass
-class PaperOutcome:
-    spec: ReproductionSpec
-    profile: str
-    runs: dict[str, RunRecord]
-    claims: list[ClaimOutcome]
-    fits: dict[str, ScalingFit] = field(default_factory=dict)
-
-    @property
-    def families(self) -> dict[str, list[str]]:
-        return {f: list(ms) for f, ms in self.spec.profiles[self.profile].families.items()}
-
-
-@dataclass
-class Reproduction:
-    """What ``reproduce`` did: the papers' outcomes and where it is tracked."""
-
-    profile: str
-    papers: list[PaperOutcome]
-    seeds: list[int]
-    overrides: dict[str, Any]
-    mlflow_run_id: str | None = None
-    tracking_uri: str | None = None
-    duration_s: float = 0.0
-
-    def results(self) -> list[TaskResult]:
-        """Every job's result once (runs shared between papers counted once)."""
-        unique: dict[tuple[str, int], TaskResult] = {}
-        for outcome in self.papers:
-            for rec in outcome.runs.values():
-                for seed, result in rec.results.items():
-                    unique[(rec.config.config_hash(), seed)] = result
-        return list(unique.values())
-
-
-def training_wall_s(results: list[TaskResult]) -> tuple[float, int]:
-    """``(seconds, stretches)``: the wall time during which at least one of ``results``
-    was training (the union of their ``[created - duration_s, created]`` intervals), and the
-    number of separate stretches it falls in (a killed and resumed reproduction has two or
-    more). Read off the stored jobs, so a resumed or regenerated report still counts the
-    invocations that left no manifest."""
-    spans = sorted(
-        (end - r.duration_s, end) for r in results if (end := _timestamp(r.created)) is not None
-    )
-    total, stretches, reach = 0.0, 0, -math.inf
-    for start, end in spans:
-        if start > reach + WALL_GAP_S:
-            stretches += 1
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total, stretches
-
-
-WALL_GAP_S = 120.0
-"""Two jobs' intervals further apart than this belong to separate stretches of work."""
-
-
-def _timestamp(iso: str | None) -> float | None:
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(iso).timestamp() if iso else None
-    except ValueError:
-        return None
-
-
-def select_specs(
-    papers: list[str] | None, profile: str, claim_ids: list[str] | None = None
-) -> list[ReproductionSpec]:
-    specs = [load_spec(name) for name in (papers or list_specs())]
-    chosen = [s for s in specs if profile in s.profiles and selected_claims(s, profile, claim_ids)]
-    if not chosen:
-        what = f" with claims {', '.join(claim_ids)}" if claim_ids else ""
-        raise ConfigError(f"no reproduction spec has a profile {profile!r}{what}")
-    return chosen
-
-
-def _member_config(member: str | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(member, str):
-        return load_yaml(preset_path(member))
-    return member
-
-
-def run_config(
-    spec: ReproductionSpec, profile: str, run_id: str, overrides: dict[str, Any]
-) -> RunConfig:
-    """The resolved config of one run: profile base, the run (for a family member: the
-    family's run, then the member, whose ``model`` replaces the whole model), its profile
-    part, then the command line's overrides."""
-    prof = spec.profiles[profile]
-    family, _, member = run_id.partition("/")
-    if member:
-        data = deep_merge(prof.base, {"task": {"name": "accuracy"}})
-        data = deep_merge(data, spec.runs.get(family, {}))
-        extra = copy.deepcopy(_member_config(prof.families[family][member]))
-        if "model" in extra:
-            data["model"] = extra.pop("model")
-        data = deep_merge(data, extra)
-    else:
-        data = deep_merge(prof.base, spec.runs[run_id])
-    data = deep_merge(data, prof.runs.get(run_id, {}))
-    from suite.reproduce.tuning import tuned_overrides  # the profile's tuned values, if any
-
-    data = deep_merge(data, tuned_overrides(spec, prof.like or profile, run_id))
-    data = deep_merge(data, overrides)
-    what = f"reproduction {spec.paper}/{run_id} ({profile})"
-    if BUDGET_KEY in data:  # a curve run: its method's options at its budget, on its data
-        from suite.reproduce.curve import with_budget_options
-
-        data = with_budget_options(data, what)
-    return validate_config(data, what)
-
-
-def selected_claims(
-    spec: ReproductionSpec, profile: str, claim_ids: list[str] | None
-) -> list[Claim]:
-    return [
-        c
-        for c in spec.claims
-        if (c.profiles is None or profile in c.profiles) and (not claim_ids or c.id in claim_ids)
-    ]
-
-
-def claim_runs(spec: ReproductionSpec, profile: str, claim: Claim) -> list[str]:
-    runs = [ref.split(".", 1)[0] for ref in claim.references()]
-    families = spec.profiles[profile].families
-    runs += [f"{f}/{m}" for f in claim.families() for m in families[f]]
-    return list(dict.fromkeys(runs))
-
-
-def needed_runs(spec: ReproductionSpec, profile: str, claim_ids: list[str] | None) -> list[str]:
-    """The runs the selected claims reference, in the spec's order."""
-    needed = {
-        r for c in selected_claims(spec, profile, claim_ids) for r in claim_runs(spec, profile, c)
-    }
-    if spec.curve is not None and not claim_ids:  # the curve's runs serve no claim
-        budgets = spec.profiles[profile].budgets
-        needed |= {spec.curve.reference, *spec.curve.run_ids(budgets)}
-    return [r for r in spec.run_ids(profile) if r in needed]
-
-
-@dataclass
-class PlannedRun:
-    config: RunConfig
-    roles: list[str] = field(default_factory=list)
-    claims: list[str] = field(default_factory=list)
-
-
-def plan_runs(
-    specs: list[ReproductionSpec],
-    profile: str,
-    claim_ids: list[str] | None,
-    overrides: dict[str, Any],
-) -> tuple[dict[str, PlannedRun], dict[tuple[str, str], str]]:
-    """Distinct configs to train (by config hash), and ``(paper, run) -> config hash``."""
-    planned: dict[str, PlannedRun] = {}
-    where: dict[tuple[str, str], str] = {}
-    for spec in specs:
-        claims = selected_claims(spec, profile, claim_ids)
-        for run_id in needed_runs(spec, profile, claim_ids):
-            try:
-                config = run_config(spec, profile, run_id, overrides)
-            except BudgetUnreachable:
-                continue  # off the curve at this budget; the report says why
-            key = config.config_hash()
-            entry = planned.setdefault(key, PlannedRun(config))
-            entry.roles.append(f"{spec.paper}/{run_id}")
-            entry.claims += [c.id for c in claims if run_id in claim_runs(spec, profile, c)]
-            where[(spec.paper, run_id)] = key
-    return planned, where
-
-
-def profile_seeds(specs: list[ReproductionSpec], profile: str) -> list[int]:
-    seeds = {tuple(s.profiles[profile].seeds) for s in specs}
-    if len(seeds) != 1:
-        raise ConfigError(
-            f"profile {profile!r}: every spec must run the same seeds (values pair by seed), "
-            f"found {sorted(seeds)}"
-        )
-    return list(seeds.pop())
-
-
-@dataclass(frozen=True)
-class Job:
-    """One (config, seed) training of a reproduction."""
-
-    key: str
-    """The config hash (of the config without its seed)."""
-    seed: int
-    config: RunConfig
-    tags: dict[str, str]
-    label: str
-
-
-def plan_jobs(planned: dict[str, PlannedRun], seeds: list[int], profile: str) -> list[Job]:
-    """Every (config, seed) job, in plan order, configured as the reproduction runs it."""
-    jobs = []
-    for key, entry in planned.items():
-        tags = {
-            "suite.papers": ",".join(dict.fromkeys(r.split("/", 1)[0] for r in entry.roles)),
-            "suite.roles": ",".join(entry.roles),
-            "suite.claims": ",".join(dict.fromkeys(entry.claims)),
-            "suite.profile": profile,
-        }
-        for seed in seeds:
-            label = f"{entry.roles[0]} seed {seed}"
-            config = entry.config.with_overrides(
-                {
-                    "seed": seed,
-                    "tracking.run_name": label,
-                    "tracking.keep_arrays": True,  # DeLong's test reads the predictions
-                }
-            )
-            jobs.append(Job(key, seed, config, tags, label))
-    return jobs
+from suite.reproduce.spec import ReproductionSpec, load_spec
+from suite.results import TaskResult
 
 
 def job_examples(config: RunConfig) -> float:
@@ -460,7 +187,7 @@ def end_parent(parent: Any, exc: BaseException) -> None:
     """Mark the parent run KILLED (an interruption) or FAILED, and any child left RUNNING
     by a worker that died KILLED."""
     from suite.runs.signals import interruption
-    from suite.tracking import clean_dead_runs
+    from suite.tracking import RunStore
 
     with contextlib.suppress(SuiteError):
         signal_name = interruption(exc)
@@ -469,8 +196,8 @@ def end_parent(parent: Any, exc: BaseException) -> None:
         else:
             parent.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
             parent.fail()
-        experiment = parent.client.get_run(parent.run_id).info.experiment_id
-        clean_dead_runs(parent.client, parent.uri, [experiment])
+        store = RunStore(parent.uri)
+        store.clean_dead_runs([store.experiment_of(parent.run_id)])
 
 
 def stored_results(
@@ -636,94 +363,17 @@ def _regenerate(
     )
 
 
-class NoiseBook:
-    """The DeLong noise of AUC pairs by config hashes and seed: computed from the runs'
-    kept predictions where they are here (``predictions``), else read from the stored
-    entries; every entry asked for is kept in :attr:`entries` (to be stored)."""
-
-    def __init__(self, stored: dict[NoiseKey, PairNoise], predictions: bool) -> None:
-        self.stored = stored
-        self.predictions = predictions
-        self.entries: dict[NoiseKey, PairNoise] = {}
-
-    def lookup(self, runs: dict[str, RunRecord]) -> NoiseLookup:
-        """A :data:`NoiseLookup` over one paper's runs (run id -> record)."""
-
-        def kept(run_id: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
-            return runs[run_id].test_predictions(seed) if self.predictions else None
-
-        seeds = sorted({s for rec in runs.values() for s in rec.seeds})
-        computed = noise_from_predictions(kept, seeds)
-
-        def lookup(left: str, right: str, seed: int) -> PairNoise | None:
-            key = (
-                runs[left].config.config_hash(),
-                runs[right].config.config_hash() if right else "",
-                seed,
-            )
-            found = computed(left, right, seed) or self.stored.get(key)
-            if found is not None:
-                self.entries[key] = found
-            return found
-
-        return lookup
-
-
-def judge(
-    spec: ReproductionSpec,
-    profile: str,
-    claim_ids: list[str] | None,
-    records: dict[str, RunRecord],
-    where: dict[tuple[str, str], str],
-    book: NoiseBook | None = None,
-) -> PaperOutcome:
-    """The paper's claims judged on its runs' per-seed figures (the test-set noise of AUC
-    figures from ``book``; from the runs' predictions when it is None)."""
-    runs = {
-        run_id: records[where[(spec.paper, run_id)]]
-        for run_id in needed_runs(spec, profile, claim_ids)
-        if (spec.paper, run_id) in where  # a curve point a method cannot reach is not planned
-    }
-    figures: SeedFigures = {rid: rec.per_seed for rid, rec in runs.items()}
-    noise = (book or NoiseBook({}, predictions=True)).lookup(runs)
-    families = {f: list(ms) for f, ms in spec.profiles[profile].families.items()}
-    claims, fits, cache = [], {}, {}
-    for claim in selected_claims(spec, profile, claim_ids):
-        if claim.families():
-            outcome, found = evaluate_scaling(claim, families, figures, cache)
-            fits.update(found)
-            claims.append(outcome)
-        else:
-            outcome = evaluate(claim, figures, noise)
-            claims.append(replace(outcome, timing=is_timing(claim, runs)))
-    return PaperOutcome(spec, profile, runs, claims, fits)
-
-
-def is_timing(claim: Claim, runs: dict[str, RunRecord]) -> bool:
-    """Whether a claim rests on a machine-dependent figure (a ``measured`` metric: a
-    timing, a throughput, an allocator peak), whose verdict may differ between reruns."""
-    for ref in claim.references():
-        run, metric = ref.split(".", 1)
-        if runs[run].metric_kind(metric) == "measured":
-            return True
-    return False
-
-
 def finish_tracking(
     reproduction: Reproduction, files: list[str], summary: dict[str, float]
 ) -> None:
     """Log the report and plots on the reproduction's parent run and close it."""
     if not reproduction.mlflow_run_id or not reproduction.tracking_uri:
         return  # tracking off, or a report regenerated from stored results
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=reproduction.tracking_uri)
-    run_id = reproduction.mlflow_run_id
-    for path in files:
-        client.log_artifact(run_id, path)
     from suite.tracking import Tracker
 
-    tracker = Tracker(client, run_id, reproduction.tracking_uri or "")
+    tracker = Tracker.of(reproduction.tracking_uri, reproduction.mlflow_run_id)
+    for path in files:
+        tracker.log_artifact(path)
     tracker.log_metrics(summary)
     tracker.finish()
 

@@ -270,7 +270,7 @@ def study_spec(
     """The study of one tuned run: its resolved config (without tuned values) under the
     profile's first seed with the tuning ``base``, then ``overrides``; ``val_auc``
     maximized over exactly ``n_trials`` trials by a seeded TPE sampler, no pruning."""
-    from suite.reproduce.runner import run_config
+    from suite.reproduce.plan import run_config
 
     prof = spec.profiles[profile]
     tuning = prof.tuning

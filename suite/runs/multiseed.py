@@ -2,7 +2,7 @@
 
 Each seed goes down the one run path (:func:`suite.runs.single.execute`) with
 ``seed`` overridden and the parent's run id, so each child is an ordinary run (its own
-result JSON, ``mlflow.parentRunId`` tag). The parent carries ``suite.multiseed=true``,
+result JSON, its parent-run tag). The parent carries ``suite.multiseed=true``,
 the seed-free config hash, the data fingerprint, the params without ``seed``, the metrics
 ``<metric>_mean`` and ``<metric>_std`` over seeds, and the aggregate as ``multiseed.json``.
 
@@ -12,7 +12,6 @@ seeds one could have run); with a single seed it is undefined and left out (``No
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from suite.config import RunConfig, stable_hash
 from suite.data.prepared import PreparedDataset
 from suite.environment import environment
-from suite.errors import ConfigError, SuiteError
+from suite.errors import ConfigError
 from suite.fileio import write_text_atomic
 from suite.results import (
     OUT_OPTION,
@@ -34,9 +33,10 @@ from suite.results import (
     now_iso,
 )
 from suite.runs.names import parent_run_name, seed_run_name
-from suite.runs.signals import interruptible, interruption, note_killed_run
-from suite.runs.single import FINGERPRINT_CHARS, execute, log_data_input, preflight, run_tags
-from suite.tracking import Tracker, flatten
+from suite.runs.record import RunRecord, run_tags
+from suite.runs.signals import interruptible
+from suite.runs.single import FINGERPRINT_CHARS, execute, preflight
+from suite.tracking import flatten
 
 STD_DDOF = 1
 MAX_REPEATS = 10_000
@@ -160,99 +160,95 @@ def execute_seeds(
     started = time.perf_counter()
     _, data, _ = preflight(config, {"--out": out})
     with interruptible():
-        return _execute_seeds(config, seeds, data, out, started)
-
-
-def _execute_seeds(
-    config: RunConfig,
-    seeds: list[int],
-    data: PreparedDataset,
-    out: str | Path | None,
-    started: float,
-) -> MultiSeedResult:
-    group_hash = seedless_hash(config)
-    parent: Tracker | None = None
-    if config.tracking.enabled:
-        env = environment(config.device)
-        tags = {
-            **run_tags(config, data.fingerprint, env),
-            "suite.config_hash": group_hash,
-            "suite.seed": ",".join(str(s) for s in seeds),
-            "suite.multiseed": "true",
-            "suite.seeds": ",".join(str(s) for s in seeds),
-        }
-        name = parent_run_name(config, group_hash, seeds)
-        parent = Tracker.start(config.tracking.uri, config.tracking.experiment, name, tags)
-    try:
-        if parent:
+        parent = _parent_record(config, seeds, data)
+        with parent:  # ends the parent run FINISHED, FAILED or KILLED
             params = flatten(seedless_identity(config))
             params["seeds"] = ",".join(str(s) for s in seeds)
-            parent.log_params(params)
-            parent.log_text(config.to_yaml(), "config.yaml")
-            log_data_input(parent, config, data)
-        results = []
-        for seed in seeds:
-            child = config.with_overrides(
-                {"seed": seed, "tracking.run_name": seed_run_name(config, group_hash, seed)}
-            )
-            results.append(
-                execute(
-                    child,
-                    parent_run_id=parent.run_id if parent else None,
-                    extra_tags={"suite.seedless_config_hash": group_hash},
-                )
-            )
-        mean, std = aggregate(results)
-        higher = {k: v for k, v in results[0].higher_is_better.items() if k in mean}
-        checkpoint = {
-            "rule": config.train.checkpoint,
-            "per_seed": [
-                {
-                    "seed": r.seed,
-                    "checkpoint": r.details.get("checkpoint"),
-                    "step": r.details.get("checkpoint_step"),
-                }
-                for r in results
-            ],
-        }
-        result = MultiSeedResult(
-            task=config.task.name,
-            model=config.model.name,
-            embedding=config.embedding.name,
-            dataset=config.dataset.name,
-            protocol=config.dataset.protocol,
-            seeds=list(seeds),
-            config=seedless_identity(config),
-            config_hash=group_hash,
-            data_fingerprint=data.fingerprint,
-            checkpoint=checkpoint,
-            mean=mean,
-            std=std,
-            higher_is_better=higher,
-            per_seed=results,
-            mlflow_run_id=parent.run_id if parent else None,
-            mlflow_tracking_uri=parent.uri if parent else None,
-            created=now_iso(),
-            duration_s=round(time.perf_counter() - started, 3),
-        )
-        result.write(multiseed_path(config, seeds, data.fingerprint), RESULTS_OPTION)
-        if out:
-            result.write(out, OUT_OPTION)
-        if parent:
-            figures = {f"{k}_mean": v for k, v in mean.items()}
-            figures |= {f"{k}_std": v for k, v in std.items() if v is not None and math.isfinite(v)}
+            parent.log_setup(params, config, data)
+            results = [_execute_seed(config, seed, parent) for seed in seeds]
+            result = _aggregate_result(config, seeds, data, results, parent, started)
+            result.write(multiseed_path(config, seeds, data.fingerprint), RESULTS_OPTION)
+            if out:
+                result.write(out, OUT_OPTION)
+            figures = {f"{k}_mean": v for k, v in result.mean.items()}
+            figures |= {
+                f"{k}_std": v for k, v in result.std.items() if v is not None and math.isfinite(v)
+            }
             parent.log_metrics(figures)
             parent.set_tags({"suite.checkpoint": config.train.checkpoint})
             parent.log_text(result.model_dump_json(indent=2), "multiseed.json")
-            parent.finish()
         return result
-    except BaseException as exc:
-        if parent:
-            with contextlib.suppress(SuiteError):  # the store may be what failed
-                signal_name = interruption(exc)
-                if signal_name:
-                    parent.kill(f"{signal_name} during the multi-seed run")
-                    note_killed_run(exc, parent.run_id, parent.uri, None)
-                else:
-                    parent.fail()
-        raise
+
+
+def _parent_record(config: RunConfig, seeds: list[int], data: PreparedDataset) -> RunRecord:
+    """The parent run (off with tracking off): tagged as one run of the seedless config,
+    its failure told by the failing seed's own run."""
+    if not config.tracking.enabled:
+        return RunRecord.off()
+    group_hash = seedless_hash(config)
+    tags = {
+        **run_tags(config, data.fingerprint, environment(config.device)),
+        "suite.config_hash": group_hash,
+        "suite.seed": ",".join(str(s) for s in seeds),
+        "suite.multiseed": "true",
+        "suite.seeds": ",".join(str(s) for s in seeds),
+    }
+    name = parent_run_name(config, group_hash, seeds)
+    return RunRecord.start(config, name, tags, what="multi-seed run", error_tag=False)
+
+
+def _execute_seed(config: RunConfig, seed: int, parent: RunRecord) -> TaskResult:
+    """One seed down the one run path, as a child of the parent run."""
+    group_hash = seedless_hash(config)
+    child = config.with_overrides(
+        {"seed": seed, "tracking.run_name": seed_run_name(config, group_hash, seed)}
+    )
+    return execute(
+        child,
+        parent_run_id=parent.run_id,
+        extra_tags={"suite.seedless_config_hash": group_hash},
+    )
+
+
+def _aggregate_result(
+    config: RunConfig,
+    seeds: list[int],
+    data: PreparedDataset,
+    results: list[TaskResult],
+    parent: RunRecord,
+    started: float,
+) -> MultiSeedResult:
+    """The seeds' results, their mean and std, and each seed's checkpoint."""
+    mean, std = aggregate(results)
+    higher = {k: v for k, v in results[0].higher_is_better.items() if k in mean}
+    checkpoint = {
+        "rule": config.train.checkpoint,
+        "per_seed": [
+            {
+                "seed": r.seed,
+                "checkpoint": r.details.get("checkpoint"),
+                "step": r.details.get("checkpoint_step"),
+            }
+            for r in results
+        ],
+    }
+    return MultiSeedResult(
+        task=config.task.name,
+        model=config.model.name,
+        embedding=config.embedding.name,
+        dataset=config.dataset.name,
+        protocol=config.dataset.protocol,
+        seeds=list(seeds),
+        config=seedless_identity(config),
+        config_hash=seedless_hash(config),
+        data_fingerprint=data.fingerprint,
+        checkpoint=checkpoint,
+        mean=mean,
+        std=std,
+        higher_is_better=higher,
+        per_seed=results,
+        mlflow_run_id=parent.run_id,
+        mlflow_tracking_uri=parent.uri,
+        created=now_iso(),
+        duration_s=round(time.perf_counter() - started, 3),
+    )

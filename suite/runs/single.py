@@ -1,11 +1,12 @@
-"""The one run path: resolved config -> prepared data -> task -> MLflow + results JSON."""
+"""The one run path: resolved config -> prepared data -> task -> results JSON, recorded in
+MLflow by its run record (:mod:`suite.runs.record`)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,11 @@ from suite.data.prepared import PreparedDataset
 from suite.data.source import get_prepared
 from suite.engine.build import resolve_device, seed_everything
 from suite.engine.checkpoint import remove_checkpoints, run_checkpoints
-from suite.engine.distributed import check_shardable
-from suite.engine.parallel import Parallel, join_process_group, leave_process_group
+from suite.engine.distributed import check_distributed
+from suite.engine.parallel import process_group
 from suite.environment import environment
-from suite.errors import ConfigError, DiskFullError, SuiteError
-from suite.models.base import RecModel
+from suite.errors import SuiteError
+from suite.models.base import Ranks, RecModel
 from suite.results import (
     ARRAYS_DETAIL,
     OUT_OPTION,
@@ -36,9 +37,10 @@ from suite.runs.checks import (
     check_threads,
 )
 from suite.runs.names import run_name
-from suite.runs.signals import interruptible, interruption, note_killed_run
-from suite.tasks.base import RunContext, Task
-from suite.tracking import Tracker, flatten, resolve_tracking_uri, sqlite_path
+from suite.runs.record import RunRecord, add_to_message, run_tags
+from suite.runs.signals import interruptible, interruption
+from suite.tasks.base import RunContext, Task, TaskOutput
+from suite.tracking import flatten, resolve_tracking_uri, sqlite_path
 
 FINGERPRINT_CHARS = 12
 
@@ -51,33 +53,6 @@ def result_path(config: RunConfig, fingerprint: str) -> Path:
         f"-data{fingerprint[:FINGERPRINT_CHARS]}-seed{config.seed}.json"
     )
     return Path(config.tracking.results_dir) / config.task.name / config.dataset.name / name
-
-
-def run_tags(config: RunConfig, fingerprint: str, env: dict[str, Any]) -> dict[str, str]:
-    commit = str(env["git_commit"])
-    tags = {
-        "suite.config_hash": config.config_hash(),
-        "suite.data_fingerprint": fingerprint,
-        "suite.task": config.task.name,
-        "suite.model": config.model.name,
-        "suite.embedding": config.embedding.name,
-        "suite.dataset": config.dataset.name,
-        "suite.protocol": str(config.dataset.protocol),
-        "suite.seed": str(config.seed),
-        "suite.git_commit": commit,
-        "suite.version": str(env["suite_version"]),
-        "torch.version": str(env["torch"]),
-        "fbgemm.version": str(env["fbgemm"]),
-        "suite.device": str(env["device"]),
-        "suite.device_name": str(env["device_name"]),
-        # what MLflow's UI shows under Source
-        "mlflow.source.type": "LOCAL",
-        "mlflow.source.name": "suite",
-    }
-    if commit != "unknown":
-        tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
-        tags["suite.git_dirty"] = str(commit.endswith("-dirty")).lower()
-    return tags
 
 
 def check_outputs(config: RunConfig, extra: dict[str, str | Path | None] | None = None) -> None:
@@ -108,34 +83,6 @@ def preflight(
     data = get_prepared(config.dataset, progress=config.train.progress)
     check_memory(config, data.schema.cardinalities, device)
     return device, data, task
-
-
-def log_data_input(tracker: Tracker, config: RunConfig, data: PreparedDataset) -> None:
-    """The prepared data as the run's MLflow dataset input, its fingerprint as digest."""
-    tracker.log_dataset(
-        name=f"{config.dataset.name}/{config.dataset.protocol}",
-        digest=data.fingerprint,
-        source=str(data.path) if data.path else config.dataset.name,
-        context="training",
-        rows=data.manifest.get("rows", {}),
-        fingerprint=data.fingerprint,
-    )
-
-
-def check_distributed(config: RunConfig, parallel: Parallel) -> None:
-    """What a distributed run cannot do, refused in one line before any work."""
-    task = config.task.registry.get(config.task.name)
-    if not getattr(task, "distributed", False):
-        runs = sorted(
-            n
-            for n in config.task.registry.names()
-            if getattr(config.task.registry.get(n), "distributed", False)
-        )
-        raise ConfigError(
-            f"task.name={config.task.name} runs in one process; distributed runs "
-            f"({parallel.world} ranks) take the tasks: {', '.join(runs)}"
-        )
-    check_shardable(config)
 
 
 class Diverged(SuiteError):
@@ -179,179 +126,179 @@ def execute(
     ``resume``: continue a killed run from its last checkpoint, in its own MLflow run.
     """
     started = time.perf_counter()
-    parallel = join_process_group(resolve_device(config.device))
-    try:
-        return _execute(
-            config, out, parent_run_id, extra_tags, on_validation, resume, started, parallel
-        )
-    finally:
-        if parallel is not None:
-            leave_process_group()
+    with process_group(resolve_device(config.device)) as ranks:
+        run = _prepare(config, out, on_validation, started, ranks)
+        return _execute(run, parent_run_id, extra_tags, resume)
+
+
+@dataclass
+class _Run:
+    """A single run once prepared: what it was given and what its preflight found."""
+
+    config: RunConfig
+    out: str | Path | None
+    on_validation: Callable[[dict[str, float], int], None] | None
+    started: float
+    ranks: Ranks
+    device: torch.device
+    data: PreparedDataset
+    task: Task
+    env: dict[str, Any]
+
+    @property
+    def leader(self) -> bool:
+        """Whether this process writes the results (rank 0, or the only process)."""
+        return self.ranks.leader
+
+
+def _prepare(
+    config: RunConfig,
+    out: str | Path | None,
+    on_validation: Callable[[dict[str, float], int], None] | None,
+    started: float,
+    ranks: Ranks,
+) -> _Run:
+    """The preflight (:func:`preflight`), the seeds and the environment, on every rank."""
+    check_distributed(config, ranks)
+    if not ranks.leader:  # rank 0 alone records the run, and prepares the data first
+        config = config.with_overrides({"tracking.enabled": False})
+        out = None
+        ranks.barrier()
+    device, data, task = preflight(config, {"--out": out})
+    if ranks.leader:
+        ranks.barrier()  # the others find the data prepared
+    seed_everything(config.seed, config.train.threads)
+    env = {**environment(config.device), **ranks.environment()}
+    return _Run(config, out, on_validation, started, ranks, device, data, task, env)
 
 
 def _execute(
-    config: RunConfig,
-    out: str | Path | None,
-    parent_run_id: str | None,
-    extra_tags: dict[str, str] | None,
-    on_validation: Callable[[dict[str, float], int], None] | None,
-    resume: bool,
-    started: float,
-    parallel: Parallel | None,
+    run: _Run, parent_run_id: str | None, extra_tags: dict[str, str] | None, resume: bool
 ) -> TaskResult:
-    if parallel is not None:
-        check_distributed(config, parallel)
-        if not parallel.leader:  # rank 0 alone records the run, and prepares the data first
-            config = config.with_overrides({"tracking.enabled": False})
-            out = None
-            parallel.barrier()
-    device, data, task = preflight(config, {"--out": out})
-    if parallel is not None and parallel.leader:
-        parallel.barrier()  # the others find the data prepared
-    seed_everything(config.seed, config.train.threads)
-    env = environment(config.device)
-    if parallel is not None:
-        env["world_size"] = parallel.world
-    checkpoints = run_checkpoints(config, data.fingerprint, resume, parallel)
-
+    checkpoints = run_checkpoints(run.config, run.data.fingerprint, resume, run.ranks)
     with interruptible():
-        tracker: Tracker | None = None
-        if checkpoints and resume and config.tracking.enabled:
-            run_id = checkpoints.identity.get("mlflow_run_id")
-            if run_id:
-                tracker = Tracker.resume(config.tracking.uri, run_id)
-        resumed = tracker is not None
-        if config.tracking.enabled and tracker is None:
-            tags = {**run_tags(config, data.fingerprint, env), **(extra_tags or {})}
-            if parallel is not None:
-                tags["suite.world_size"] = str(parallel.world)
-            tracker = Tracker.start(
-                config.tracking.uri,
-                config.tracking.experiment,
-                run_name(config),
-                tags,
-                parent_run_id,
-            )
-        if checkpoints and tracker:
-            checkpoints.identity["mlflow_run_id"] = tracker.run_id
+        record = _open_record(run, checkpoints, resume, parent_run_id, extra_tags)
         try:
-            result = _run(
-                config,
-                data,
-                task,
-                device,
-                env,
-                tracker,
-                out,
-                on_validation,
-                started,
-                checkpoints,
-                resumed,
-                parallel,
-            )
-            if checkpoints:
-                remove_checkpoints(checkpoints)
+            with record:  # ends the MLflow run FINISHED, FAILED or KILLED
+                result = _run(run, record, checkpoints)
+                record.finish()
+                if checkpoints:
+                    remove_checkpoints(checkpoints)
             return result
         except BaseException as exc:
-            if tracker:
-                signal_name = interruption(exc)
-                if signal_name:
-                    with contextlib.suppress(SuiteError):  # the store may be what failed
-                        saved = bool(checkpoints and checkpoints.has_checkpoints())
-                        note_killed_run(exc, tracker.run_id, tracker.uri, saved)
-                        tracker.kill(f"{signal_name} during the run")
-                else:
-                    _end_failed(tracker, exc)
             if checkpoints:
                 checkpoints.close()
             if not interruption(exc):
-                kept = [p for p in (result_path(config, data.fingerprint), out) if p]
-                _note_kept_results(exc, kept, time.time() - (time.perf_counter() - started))
+                kept = [p for p in (result_path(run.config, run.data.fingerprint), run.out) if p]
+                _note_kept_results(exc, kept, time.time() - (time.perf_counter() - run.started))
             raise
 
 
-def _end_failed(tracker: Tracker, exc: BaseException) -> None:
-    """End the run FAILED with its error as a tag (on a full SQLite store, in place). If the
-    store still cannot record it, the run stays RUNNING and ``exc``'s message says so."""
-    with contextlib.suppress(SuiteError):  # a full store may still take the status
-        tracker.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
-    try:
-        tracker.fail()
-    except SuiteError as failed:
-        reason = "its store is full" if isinstance(failed, DiskFullError) else str(failed)
-        _add_to_message(
-            exc,
-            f"MLflow run {tracker.run_id} could not be marked FAILED ({reason}) and stays "
-            "RUNNING until `suite runs clean` marks it KILLED",
-        )
+def _open_record(
+    run: _Run,
+    checkpoints: Any,
+    resume: bool,
+    parent_run_id: str | None,
+    extra_tags: dict[str, str] | None,
+) -> RunRecord:
+    """The run's MLflow record: the killed run its checkpoints name, reopened (``resume``),
+    else a new run; off with tracking off (and on every rank but 0)."""
+    config = run.config
+    if not config.tracking.enabled:
+        return RunRecord.off()
+    options: dict[str, Any] = {
+        "resumable": lambda: bool(checkpoints and checkpoints.has_checkpoints())
+    }
+    run_id = checkpoints.identity.get("mlflow_run_id") if checkpoints and resume else None
+    if run_id:
+        record = RunRecord.resume(config, run_id, **options)
+    else:
+        ranks = {f"suite.{k}": str(v) for k, v in run.ranks.environment().items()}
+        tags = {**run_tags(config, run.data.fingerprint, run.env), **(extra_tags or {}), **ranks}
+        record = RunRecord.start(config, run_name(config), tags, parent_run_id, **options)
+    if checkpoints:
+        checkpoints.identity["mlflow_run_id"] = record.run_id
+    return record
 
 
 def _note_kept_results(exc: BaseException, paths: list[str | Path], since: float) -> None:
     """Say in ``exc``'s message which result files this run wrote before it failed."""
     written = [str(p) for p in paths if Path(p).is_file() and Path(p).stat().st_mtime >= since]
     if written:
-        _add_to_message(exc, f"the result was written and is kept: {', '.join(written)}")
+        add_to_message(exc, f"the result was written and is kept: {', '.join(written)}")
 
 
-def _add_to_message(exc: BaseException, note: str) -> None:
-    """Append ``note`` to a one-line :class:`SuiteError`'s message (its type kept for
-    callers); other exceptions get it as a traceback note."""
-    if isinstance(exc, SuiteError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
-        exc.args = (f"{exc.args[0]}; {note}",)
-    else:
-        exc.add_note(note)
+def _run(run: _Run, record: RunRecord, checkpoints: Any) -> TaskResult:
+    """Train and measure, write the result JSON and record the run's figures and files."""
+    record.log_setup(flatten(run.config.identity()), run.config, run.data)
+    output, last_step, model = _train(run, record, checkpoints)
+    plan = output.details.get("sharding_plan")
+    plan_text = _show_plan(plan, run.leader) if plan else None
+    final_step = int(output.details.get("steps", last_step) or last_step)
+    _check_finite(run.config, output.metrics, final_step)
+    result = _result(run, record, output)
+    if not run.leader:
+        return result
+    result.write(result_path(run.config, run.data.fingerprint), RESULTS_OPTION)
+    if run.out:
+        result.write(run.out, OUT_OPTION)
+    # the final figures belong to the last training step, after the last validation
+    record.log_metrics(output.metrics, final_step)
+    record.log_text(result.model_dump_json(indent=2), "result.json")
+    record.log_json(run.env, "environment.json")
+    if ARRAYS_DETAIL in result.details:
+        record.log_artifact(result.details[ARRAYS_DETAIL]["file"], "log its arrays")
+    record.log_plots(result.details)
+    if plan_text is not None:
+        record.log_text(plan_text, "sharding_plan.txt")
+        record.log_json(plan, "sharding_plan.json")
+    if model is not None:
+        record.log_model(run.config, model, final_step)
+    return result
 
 
-def _run(
-    config: RunConfig,
-    data: PreparedDataset,
-    task: Task,
-    device: torch.device,
-    env: dict[str, Any],
-    tracker: Tracker | None,
-    out: str | Path | None,
-    on_validation: Callable[[dict[str, float], int], None] | None,
-    started: float,
-    checkpoints: Any,
-    resumed: bool,
-    parallel: Parallel | None = None,
-) -> TaskResult:
-    if tracker and not resumed:
-        tracker.log_params(flatten(config.identity()))
-        tracker.log_text(config.to_yaml(), "config.yaml")
-        log_data_input(tracker, config, data)
+def _train(
+    run: _Run, record: RunRecord, checkpoints: Any
+) -> tuple[TaskOutput, int, RecModel | None]:
+    """The task's output, the last step it logged and the last model it built."""
     last_step = 0
 
     def log_metrics(metrics: dict[str, float], step: int) -> None:
         nonlocal last_step
         last_step = max(last_step, step)
-        if tracker:
-            tracker.log_metrics(metrics, step)
-        _check_finite(config, metrics, step)
+        record.log_metrics(metrics, step)
+        _check_finite(run.config, metrics, step)
 
     def validation(metrics: dict[str, float], step: int) -> None:
         log_metrics(metrics, step)
-        if on_validation:
-            on_validation(metrics, step)
+        if run.on_validation:
+            run.on_validation(metrics, step)
 
-    ctx = _TrackedContext(config, data, device, log_metrics, validation, checkpoints, parallel)
-    output = task.run(ctx)
-    plan = output.details.get("sharding_plan")
-    plan_text = None
-    if plan:
-        from suite.engine.distributed import format_plan
+    ctx = _TrackedContext(
+        run.config, run.data, run.device, log_metrics, validation, checkpoints, run.ranks
+    )
+    output = run.task.run(ctx)
+    return output, last_step, ctx.model
 
-        plan_text = format_plan(plan)
-        if parallel is None or parallel.leader:
-            print(plan_text, flush=True)
-    final_step = int(output.details.get("steps", last_step) or last_step)
-    _check_finite(config, output.metrics, final_step)
-    path = result_path(config, data.fingerprint)
+
+def _show_plan(plan: Any, leader: bool) -> str:
+    """The sharding plan as text, printed by the leader."""
+    from suite.engine.planning import format_plan
+
+    text = format_plan(plan)
+    if leader:
+        print(text, flush=True)
+    return text
+
+
+def _result(run: _Run, record: RunRecord, output: TaskOutput) -> TaskResult:
+    """The run's result; the leader keeps the task's arrays beside it (``keep_arrays``)."""
+    config = run.config
     details = dict(output.details)
-    leader = parallel is None or parallel.leader
-    if output.arrays and config.tracking.keep_arrays and leader:
+    if output.arrays and config.tracking.keep_arrays and run.leader:
+        path = result_path(config, run.data.fingerprint)
         details[ARRAYS_DETAIL] = write_arrays(path, output.arrays, RESULTS_OPTION)
-    result = TaskResult(
+    return TaskResult(
         task=config.task.name,
         model=config.model.name,
         embedding=config.embedding.name,
@@ -360,67 +307,13 @@ def _run(
         seed=config.seed,
         config=config.identity(),
         config_hash=config.config_hash(),
-        data_fingerprint=data.fingerprint,
+        data_fingerprint=run.data.fingerprint,
         metrics=output.metrics,
-        higher_is_better=task.higher_is_better(output),
+        higher_is_better=run.task.higher_is_better(output),
         details=details,
-        environment=env,
-        mlflow_run_id=tracker.run_id if tracker else None,
-        mlflow_tracking_uri=tracker.uri if tracker else None,
+        environment=run.env,
+        mlflow_run_id=record.run_id,
+        mlflow_tracking_uri=record.uri,
         created=now_iso(),
-        duration_s=round(time.perf_counter() - started, 3),
+        duration_s=round(time.perf_counter() - run.started, 3),
     )
-    if not leader:
-        return result
-    result.write(path, RESULTS_OPTION)
-    if out:
-        result.write(out, OUT_OPTION)
-    if tracker:
-        # the final figures belong to the last training step, after the last validation
-        tracker.log_metrics(output.metrics, final_step)
-        tracker.log_text(result.model_dump_json(indent=2), "result.json")
-        tracker.log_text(_json(env), "environment.json")
-        if ARRAYS_DETAIL in details:
-            arrays_file = details[ARRAYS_DETAIL]["file"]
-            tracker.call(
-                "log its arrays", lambda: tracker.client.log_artifact(tracker.run_id, arrays_file)
-            )
-        log_plots(tracker, plot_paths(details))
-        if plan_text is not None:
-            tracker.log_text(plan_text, "sharding_plan.txt")
-            tracker.log_text(_json(plan), "sharding_plan.json")
-        if ctx.model is not None and parallel is None:
-            from suite.runs.model_log import log_model
-
-            log_model(tracker, config, ctx.model, final_step)
-        tracker.finish()
-    return result
-
-
-PLOTS_ARTIFACT_DIR = "plots"
-
-
-def plot_paths(details: dict[str, Any]) -> list[Path]:
-    """The figures a task drew that exist on disk: ``details["plots"]`` (a list of paths)
-    and ``details["plot"]`` (one path, the scaling task's)."""
-    listed = details.get("plots") or []
-    if isinstance(listed, (str, Path)):
-        listed = [listed]
-    single = details.get("plot")
-    paths = [Path(p) for p in [*listed, *([single] if single else [])]]
-    return [p for p in dict.fromkeys(paths) if p.is_file()]
-
-
-def log_plots(tracker: Tracker, paths: list[Path]) -> None:
-    """Each of ``paths`` as an artifact of the run, under ``plots/``."""
-    for path in paths:
-        tracker.call(
-            f"log its plot {path.name}",
-            lambda p=path: tracker.client.log_artifact(tracker.run_id, str(p), PLOTS_ARTIFACT_DIR),
-        )
-
-
-def _json(data: Any) -> str:
-    import json
-
-    return json.dumps(data, indent=2, sort_keys=True)

@@ -32,7 +32,7 @@ from suite.studies.storage import (
     describe,
     open_storage,
 )
-from suite.studies.tracking import client_for, ensure_parent_run, log_summary
+from suite.studies.tracking import ensure_parent_run, log_summary
 from suite.studies.worker import (
     StudySession,
     count_trials,
@@ -40,6 +40,7 @@ from suite.studies.worker import (
     run_worker,
     worker_main,
 )
+from suite.tracking import Tracker
 
 RESULTS_ROOT = Path("results/studies")
 SPEC_ATTR = "suite:spec_hash"
@@ -136,7 +137,7 @@ def run_study(
             study, created, base.tracking.uri, base.tracking.experiment, tags
         )
         if created:
-            client_for(base.tracking.uri).log_text(parent_run_id, _spec_yaml(spec), "study.yaml")
+            Tracker.of(base.tracking.uri, parent_run_id).log_text(_spec_yaml(spec), "study.yaml")
     deadline = time.time() + spec.budget.timeout if spec.budget.timeout else None
     session = StudySession(spec, url, parent_run_id, deadline, quiet=quiet)
     if not quiet:

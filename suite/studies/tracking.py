@@ -6,7 +6,7 @@ and every later session of the same study, on any machine, uses the same parent.
 created by the process that created the Optuna study (``create_study`` is atomic in
 every storage) before any worker starts, so workers never race to create it. Children
 are ordinary runs made by :func:`suite.runs.single.execute` with
-``mlflow.parentRunId`` and the tags ``suite.study`` and ``suite.trial``.
+the parent-run tag and the tags ``suite.study`` and ``suite.trial``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
-from suite.tracking import Tracker, resolve_tracking_uri
+from suite.tracking import PARENT_RUN_TAG, RunStore, Tracker, resolve_tracking_uri
 
 PARENT_TAG = "suite.study_parent"
 STUDY_TAG = "suite.study"
@@ -24,12 +24,6 @@ TRIAL_TAG = "suite.trial"
 TRIAL_STATE_TAG = "suite.trial_state"
 PARENT_ATTR = "suite:mlflow_parent_run_id"
 PARENT_WAIT_S = 30.0
-
-
-def client_for(uri: str | None) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=resolve_tracking_uri(uri))
 
 
 def create_parent_run(
@@ -57,27 +51,26 @@ def ensure_parent_run(
         run_id = create_parent_run(uri, experiment, study.study_name, tags)
         study.set_user_attr(PARENT_ATTR, run_id)
         return run_id
-    client = client_for(uri)
+    store = RunStore(uri)
     try:
-        run = client.get_run(run_id)
+        run = store.run(run_id)
     except Exception:
         raise SuiteError(
             f"study {study.study_name!r}: its MLflow parent run {run_id} is not in the tracking "
             f"store {resolve_tracking_uri(uri)}; resume it with the tracking URI it started with"
         ) from None
     if run.info.status != "RUNNING":
-        client.update_run(run_id, status="RUNNING")
+        store.reopen(run_id)
     return run_id
 
 
-def trial_runs(client: Any, parent_run_id: str, study_name: str, number: int) -> list[Any]:
+def trial_runs(store: RunStore, parent_run_id: str, study_name: str, number: int) -> list[Any]:
     """The child runs of one trial (normally one)."""
-    parent = client.get_run(parent_run_id)
     query = (
         f"tags.`{STUDY_TAG}` = '{study_name}' AND tags.`{TRIAL_TAG}` = '{number}' "
-        f"AND tags.`mlflow.parentRunId` = '{parent_run_id}'"
+        f"AND tags.`{PARENT_RUN_TAG}` = '{parent_run_id}'"
     )
-    return client.search_runs([parent.info.experiment_id], filter_string=query)
+    return store.find([store.experiment_of(parent_run_id)], query)
 
 
 def mark_trial_runs(
@@ -93,11 +86,11 @@ def mark_trial_runs(
     ended FAILED) and a dead worker's run (left RUNNING) become KILLED."""
     if parent_run_id is None:
         return
-    client = client_for(uri)
-    for run in trial_runs(client, parent_run_id, study_name, number):
-        client.set_tag(run.info.run_id, TRIAL_STATE_TAG, state)
+    store = RunStore(uri)
+    for run in trial_runs(store, parent_run_id, study_name, number):
+        store.set_tag(run.info.run_id, TRIAL_STATE_TAG, state)
         if end_status and run.info.status != "FINISHED":
-            client.set_terminated(run.info.run_id, status=end_status)
+            store.end(run.info.run_id, end_status)
 
 
 def log_summary(
@@ -109,9 +102,9 @@ def log_summary(
     finished: bool,
 ) -> None:
     """Attach the summary files, figures and tags to the parent run."""
-    tracker = Tracker(client_for(uri), parent_run_id, resolve_tracking_uri(uri))
+    tracker = Tracker.of(uri, parent_run_id)
     for path in files:
-        tracker.client.log_artifact(parent_run_id, str(path))
+        tracker.log_artifact(path)
     if metrics:
         tracker.log_metrics(metrics)
     if tags:

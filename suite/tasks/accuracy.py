@@ -17,7 +17,7 @@ from suite.engine.train import evaluate, predict, train, val_curve
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 from suite.registry import TASKS
-from suite.results import MetricSpec, directions
+from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
 
 ACCURACY_METRICS = (
@@ -106,14 +106,13 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         on_train_metrics=ctx.log_metrics,
         on_validation=ctx.on_validation,
         checkpoints=ctx.checkpoints,
-        parallel=ctx.parallel,
-        curve=val_curve(cfg.tracking, cfg.train, ctx.log_metrics, ctx.parallel is not None),
+        curve=val_curve(cfg.tracking, cfg.train, ctx.log_metrics, model.ranks.distributed),
     )
-    progress = cfg.train.progress and (ctx.parallel is None or ctx.parallel.leader)
+    progress = cfg.train.progress and model.ranks.leader
     batch = cfg.train.eval_batch_size
-    val = evaluate(model, ctx.data.split("val"), batch, ctx.device, progress, "val", ctx.parallel)
+    val = evaluate(model, ctx.data.split("val"), batch, ctx.device, progress, "val")
     test_split = ctx.data.split("test")
-    test_logits = predict(model, test_split, batch, ctx.device, progress, "test", ctx.parallel)
+    test_logits = predict(model, test_split, batch, ctx.device, progress, "test")
     test_labels = np.asarray(test_split.label)
     test = binary_metrics(test_labels, test_logits)
     memory = model.embedding.memory()
@@ -132,9 +131,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
     }
     if model.payload is not None:
         metrics |= model.payload.figures()
-    if ctx.parallel is not None:  # TorchRec's quantized all-to-all, counted on the wire
-        metrics |= model.wire_figures()  # type: ignore[attr-defined]
-    higher = directions(ACCURACY_METRICS, metrics)
+    metrics |= model.wire_figures()  # TorchRec's quantized all-to-all, counted on the wire
     details = {
         "checkpoint": outcome.checkpoint,
         "checkpoint_step": outcome.checkpoint_step,
@@ -152,9 +149,7 @@ def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:
         "test_pred_ctr": test["pred_ctr"],
         "test_ctr": test["ctr"],
     }
-    if ctx.parallel is not None:
-        details["world_size"] = ctx.parallel.world
-        details["sharding_plan"] = model.plan  # type: ignore[attr-defined]
+    details |= model.placement()  # a sharded model's world_size and sharding_plan
     # kept for tests of two AUCs on the same test set (DeLong's, in reproductions)
     arrays = {"test_logits": test_logits, "test_labels": test_labels.astype(np.uint8)}
-    return model, TaskOutput(metrics, higher, details, arrays)
+    return model, TaskOutput(metrics, details=details, arrays=arrays)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -13,17 +13,17 @@ from pydantic import BaseModel
 from suite.config import NoOptions, RunConfig
 from suite.data.prepared import PreparedDataset
 from suite.engine.checkpoint import Checkpointer
-from suite.engine.parallel import Parallel
-from suite.models.base import RecModel
-from suite.results import MetricSpec, find_metric
+from suite.models.base import ONE_PROCESS, Ranks, RecModel
+from suite.results import MetricSpec, directions
 
 
 @dataclass(frozen=True)
 class TaskOutput:
-    """A task's figures before the runner adds identity and environment."""
+    """A task's figures before the runner adds identity and environment; their directions
+    come from the task's declarations (:meth:`Task.directions`), not from the output."""
 
     metrics: dict[str, float]
-    higher_is_better: dict[str, bool]
+    _: KW_ONLY
     details: dict[str, Any] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     """Named arrays (e.g. test predictions ``[N]``) the run path keeps beside the result
@@ -41,13 +41,13 @@ class RunContext:
     on_validation: Callable[[dict[str, float], int], None] | None = None
     checkpoints: Checkpointer | None = None
     """The run's checkpoints (``train.checkpoint_every``, ``--resume``), for its training."""
-    parallel: Parallel | None = None
-    """This rank's place in a distributed run (``None``: one process)."""
+    ranks: Ranks = ONE_PROCESS
+    """The processes the run's model is spread over (one process: rank 0 of 1)."""
 
     def build_model(self, config: RunConfig | None = None) -> RecModel:
         from suite.engine.build import build_model
 
-        return build_model(config or self.config, self.data, self.parallel)
+        return build_model(config or self.config, self.data, self.ranks)
 
 
 class Task:
@@ -60,14 +60,16 @@ class Task:
     """Whether the task runs across the ranks of a distributed run (``--nproc-per-node``)."""
 
     @classmethod
+    def directions(cls, names: Iterable[str]) -> dict[str, bool]:
+        """``higher_is_better`` of each metric name, from :attr:`metrics` alone (a family's
+        pattern resolves a name with parameters, e.g. ``lru_hit_rate_0.01``); a name the
+        task does not declare raises ``ValueError``."""
+        return directions(cls.metrics, names)
+
+    @classmethod
     def higher_is_better(cls, output: TaskOutput) -> dict[str, bool]:
-        """Each reported metric's direction from the declarations; a metric the task does
-        not declare keeps the direction its output gave."""
-        out = dict(output.higher_is_better)
-        for name in output.metrics:
-            if (spec := find_metric(cls.metrics, name)) is not None:
-                out[name] = spec.higher_is_better
-        return out
+        """The direction of each metric ``output`` reports (:meth:`directions`)."""
+        return cls.directions(output.metrics)
 
     def check(self, config: RunConfig) -> None:
         """Reject a config this task cannot run (raise ``ConfigError``), before any work

@@ -144,6 +144,8 @@ def characterize(stream: AccessStream, options: CharacterizeOptions, row_bytes: 
 class CharacterizeTask(Task):
     """Access characterization of the embedding lookups: reuse, skew, cache hit rates."""
 
+    # descriptive figures: neither direction is "better"; higher is better only where a
+    # larger value means a cheaper memory system (more reuse, more hits)
     metrics = (
         MetricSpec("zipf_exponent", True, "Zipf exponent", kind="ratio", primary=True, shown=True),
         MetricSpec("zipf_r2", True, "Zipf fit R²", kind="ratio"),
@@ -186,7 +188,7 @@ class CharacterizeTask(Task):
         dim = int(ctx.config.embedding.options.get("dim", 16))
         row_bytes = options.row_bytes or dim * 4
         figures = characterize(stream, options, row_bytes)
-        metrics, higher = summary_metrics(figures)
+        metrics = summary_metrics(figures)
         details: dict[str, Any] = {
             "source": source,
             "row_bytes": row_bytes,
@@ -194,7 +196,7 @@ class CharacterizeTask(Task):
             **figures,
         }
         if options.plot:
-            from suite.tasks.access_plots import draw_characterization
+            from suite.data.access_plots import draw_characterization
 
             out = (
                 Path(ctx.config.tracking.results_dir)
@@ -203,10 +205,10 @@ class CharacterizeTask(Task):
                 / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
             )
             details["plots"] = [str(p) for p in draw_characterization(figures, out)]
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)
 
 
-def summary_metrics(figures: dict) -> tuple[dict[str, float], dict[str, bool]]:
+def summary_metrics(figures: dict) -> dict[str, float]:
     """The flat figures logged as metrics; the rest stays in the details."""
     metrics: dict[str, float] = {
         "lookups": float(figures["lookups"]),
@@ -222,9 +224,4 @@ def summary_metrics(figures: dict) -> tuple[dict[str, float], dict[str, bool]]:
     for point in figures["cache"]:
         metrics[f"lru_hit_rate_{point['fraction']:g}"] = point["lru_hit_rate"]
         metrics[f"lfu_hit_rate_{point['fraction']:g}"] = point["lfu_hit_rate"]
-    # descriptive figures: neither direction is "better"; record them as higher-is-better
-    # only where a larger value means a cheaper memory system (more reuse, more hits)
-    higher = {k: True for k in metrics}
-    for name in ("unique_rows", "unique_row_share", "compulsory_miss_rate"):
-        higher[name] = False
-    return metrics, higher
+    return metrics

@@ -197,6 +197,8 @@ class CheckpointTask(Task):
             "checkpoint_overhead", False, "Checkpoint share of training time", kind="measured"
         ),
         MetricSpec("adaptive_bits_r*", False, "Adaptive bit width at {} restores", "bits", "count"),
+        MetricSpec("train_seconds", False, "Training time", "s", "measured"),
+        MetricSpec("checkpoint_seconds", False, "Checkpoint writing time", "s", "measured"),
     )
 
     def check(self, config: RunConfig) -> None:
@@ -294,80 +296,12 @@ class CheckpointTask(Task):
             "train_seconds": outcome.seconds,
             "checkpoint_seconds": outcome.checkpoint_seconds,
         }
-        higher: dict[str, bool] = {
-            "test_auc": True,
-            "train_seconds": False,
-            "checkpoint_seconds": False,
-        }
-        full_total = sum(c.bytes for c in written["full"])
-        full_emb_total = sum(c.embedding_bytes for c in written["full"])
-        full_capacity = max(c.bytes for c in written["full"])
-        full_emb_capacity = max(c.embedding_bytes for c in written["full"])
-        full_weight_total = sum(c.weight_bytes for c in written["full"])
+        full = _full_figures(written["full"])
         per_checkpoint: list[dict[str, Any]] = []
         for name, infos in written.items():
-            total = sum(c.bytes for c in infos)
-            emb_total = sum(c.embedding_bytes for c in infos)
-            weight_total = sum(c.weight_bytes for c in infos)
-            seconds = sum(c.seconds for c in infos)
-            capacity, emb_capacity = _capacity(infos)
-            restored = restores[name]
-            figures = {
-                f"{name}_checkpoints": (float(len(infos)), None),
-                f"{name}_bytes_per_checkpoint": (total / len(infos), False),
-                f"{name}_bytes_total": (float(total), False),
-                f"{name}_embedding_bytes_per_checkpoint": (emb_total / len(infos), False),
-                f"{name}_weight_bytes_per_checkpoint": (weight_total / len(infos), False),
-                f"{name}_write_seconds": (seconds / len(infos), False),
-                f"{name}_write_mb_per_s": (
-                    total / seconds / 1e6 if seconds else float("nan"),
-                    True,
-                ),
-                f"{name}_bandwidth_reduction": (full_total / total, True),
-                f"{name}_capacity_reduction": (full_capacity / capacity, True),
-                f"{name}_embedding_bandwidth_reduction": (full_emb_total / emb_total, True),
-                f"{name}_embedding_capacity_reduction": (full_emb_capacity / emb_capacity, True),
-                f"{name}_weight_bandwidth_reduction": (
-                    full_weight_total / weight_total if weight_total else float("nan"),
-                    True,
-                ),
-                f"{name}_restore_seconds": (restored["restore_seconds"], False),
-                f"{name}_restored_test_auc": (restored["test_auc"], True),
-                f"{name}_auc_cost": (test_auc - restored["test_auc"], False),
-            }
-            for key, (value, better) in figures.items():
-                metrics[key] = float(value)
-                if better is not None:
-                    higher[key] = better
-            per_checkpoint += [
-                {
-                    "kind": name,
-                    "seq": c.seq,
-                    "type": c.kind,
-                    "bits": c.bits,
-                    "step": c.step,
-                    "bytes": c.bytes,
-                    "embedding_bytes": c.embedding_bytes,
-                    "weight_bytes": c.weight_bytes,
-                    "seconds": c.seconds,
-                    "rows_fraction": c.rows_fraction,
-                }
-                for c in infos
-            ]
-        fractions = [c.rows_fraction for c in written["incremental"][1:]]
-        metrics["modified_rows_fraction"] = float(np.mean(fractions)) if fractions else float("nan")
-        higher["modified_rows_fraction"] = False
-        metrics["checkpoint_overhead"] = outcome.checkpoint_seconds / outcome.seconds
-        higher["checkpoint_overhead"] = False
-        for bits, bound in bounds.items():
-            metrics[f"{bits}-bit_embedding_reduction_bound"] = bound["embedding_bound"]
-            metrics[f"{bits}-bit_weight_reduction_bound"] = bound["weight_bound"]
-            higher[f"{bits}-bit_embedding_reduction_bound"] = True
-            higher[f"{bits}-bit_weight_reduction_bound"] = True
-        cost = {bits: metrics[f"{bits}-bit_auc_cost"] for bits in options.bits}
-        for restores_expected in options.expected_restores:
-            key = f"adaptive_bits_r{restores_expected:g}"
-            metrics[key] = float(adaptive_bits(restores_expected, cost, options.auc_tolerance))
+            metrics |= _kind_metrics(name, infos, full, test_auc, restores[name])
+            per_checkpoint += _checkpoint_rows(name, infos)
+        metrics |= _run_metrics(options, outcome, written, bounds, metrics)
         details: dict[str, Any] = {
             "interval_steps": options.interval_steps,
             "steps": outcome.steps,
@@ -384,7 +318,97 @@ class CheckpointTask(Task):
             details["plots"] = [
                 str(p) for p in draw_plots(per_checkpoint, metrics, list(written), PLOT_DIR / name)
             ]
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)
+
+
+def _full_figures(infos: list[CheckpointInfo]) -> dict[str, int]:
+    """The full checkpoints' totals and capacities, the baseline of every reduction."""
+    return {
+        "total": sum(c.bytes for c in infos),
+        "emb_total": sum(c.embedding_bytes for c in infos),
+        "capacity": max(c.bytes for c in infos),
+        "emb_capacity": max(c.embedding_bytes for c in infos),
+        "weight_total": sum(c.weight_bytes for c in infos),
+    }
+
+
+def _kind_metrics(
+    name: str,
+    infos: list[CheckpointInfo],
+    full: dict[str, int],
+    test_auc: float,
+    restored: dict[str, float],
+) -> dict[str, float]:
+    """One kind's ``<name>_*`` metrics: bytes, write time and bandwidth, reductions
+    against ``full`` (:func:`_full_figures`), restore time and the restored run's AUC."""
+    total = sum(c.bytes for c in infos)
+    emb_total = sum(c.embedding_bytes for c in infos)
+    weight_total = sum(c.weight_bytes for c in infos)
+    seconds = sum(c.seconds for c in infos)
+    capacity, emb_capacity = _capacity(infos)
+    figures = {
+        f"{name}_checkpoints": len(infos),
+        f"{name}_bytes_per_checkpoint": total / len(infos),
+        f"{name}_bytes_total": total,
+        f"{name}_embedding_bytes_per_checkpoint": emb_total / len(infos),
+        f"{name}_weight_bytes_per_checkpoint": weight_total / len(infos),
+        f"{name}_write_seconds": seconds / len(infos),
+        f"{name}_write_mb_per_s": total / seconds / 1e6 if seconds else float("nan"),
+        f"{name}_bandwidth_reduction": full["total"] / total,
+        f"{name}_capacity_reduction": full["capacity"] / capacity,
+        f"{name}_embedding_bandwidth_reduction": full["emb_total"] / emb_total,
+        f"{name}_embedding_capacity_reduction": full["emb_capacity"] / emb_capacity,
+        f"{name}_weight_bandwidth_reduction": (
+            full["weight_total"] / weight_total if weight_total else float("nan")
+        ),
+        f"{name}_restore_seconds": restored["restore_seconds"],
+        f"{name}_restored_test_auc": restored["test_auc"],
+        f"{name}_auc_cost": test_auc - restored["test_auc"],
+    }
+    return {key: float(value) for key, value in figures.items()}
+
+
+def _checkpoint_rows(name: str, infos: list[CheckpointInfo]) -> list[dict[str, Any]]:
+    """One row per checkpoint of kind ``name``, for the details and the bytes plot."""
+    return [
+        {
+            "kind": name,
+            "seq": c.seq,
+            "type": c.kind,
+            "bits": c.bits,
+            "step": c.step,
+            "bytes": c.bytes,
+            "embedding_bytes": c.embedding_bytes,
+            "weight_bytes": c.weight_bytes,
+            "seconds": c.seconds,
+            "rows_fraction": c.rows_fraction,
+        }
+        for c in infos
+    ]
+
+
+def _run_metrics(
+    options: CheckpointOptions,
+    outcome,  # noqa: ANN001
+    written: dict[str, list[CheckpointInfo]],
+    bounds: dict[int, dict[str, float]],
+    kind_metrics: dict[str, float],
+) -> dict[str, float]:
+    """The run's metrics beside the kinds': rows modified per interval, the checkpoints'
+    share of training time, the arithmetic bounds per bit width and the adaptive bit width
+    per expected number of restores (from ``kind_metrics``' AUC costs)."""
+    metrics: dict[str, float] = {}
+    fractions = [c.rows_fraction for c in written["incremental"][1:]]
+    metrics["modified_rows_fraction"] = float(np.mean(fractions)) if fractions else float("nan")
+    metrics["checkpoint_overhead"] = outcome.checkpoint_seconds / outcome.seconds
+    for bits, bound in bounds.items():
+        metrics[f"{bits}-bit_embedding_reduction_bound"] = bound["embedding_bound"]
+        metrics[f"{bits}-bit_weight_reduction_bound"] = bound["weight_bound"]
+    cost = {bits: kind_metrics[f"{bits}-bit_auc_cost"] for bits in options.bits}
+    for restores_expected in options.expected_restores:
+        key = f"adaptive_bits_r{restores_expected:g}"
+        metrics[key] = float(adaptive_bits(restores_expected, cost, options.auc_tolerance))
+    return metrics
 
 
 def explain_bound(bits: int, bound: dict[str, float], target: float = 6.0) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import get_args
 
 from pydantic import Field
 
 from suite.config import Frozen, RunConfig
 from suite.embeddings.base import ComposedEmbedding
-from suite.embeddings.quantize import quantize_embedding
+from suite.embeddings.quantize import LowPrecision, quantizable_methods, quantize_embedding
 from suite.engine.train import evaluate
 from suite.errors import ConfigError
 from suite.kernel_backend import require_fbgemm
@@ -18,14 +18,12 @@ from suite.results import MetricSpec
 from suite.tasks.accuracy import ACCURACY_METRICS, train_and_evaluate
 from suite.tasks.base import RunContext, Task, TaskOutput
 
-LowPrecision = Literal["fp16", "int8", "int4"]
-
 
 class LowPrecOptions(Frozen):
     """Which precisions to evaluate after training."""
 
     precisions: list[LowPrecision] = Field(
-        default_factory=lambda: ["fp16", "int8", "int4"],
+        default_factory=lambda: list(get_args(LowPrecision)),
         min_length=1,
         description="table precisions evaluated after training, besides fp32",
     )
@@ -50,7 +48,7 @@ class LowPrecTask(Task):
         if not issubclass(config.embedding.registry.get(config.embedding.name), ComposedEmbedding):
             raise ConfigError(
                 f"task lowprec: embedding {config.embedding.name!r} has no plain tables to quantize "
-                "(allowed: full, hash, qr, mixed_dim)"
+                f"(allowed: {', '.join(quantizable_methods())})"
             )
         require_fbgemm("task lowprec (fbgemm's n-bit inference tables)")
 
@@ -59,7 +57,7 @@ class LowPrecTask(Task):
         options: LowPrecOptions = cfg.task.typed_options()
         model, base = train_and_evaluate(ctx)
         test = {"auc": base.metrics["test_auc"], "logloss": base.metrics["test_logloss"]}
-        metrics, higher = dict(base.metrics), dict(base.higher_is_better)
+        metrics = dict(base.metrics)
         progress, batch = cfg.train.progress, cfg.train.eval_batch_size
         per_precision = {}
         for precision in dict.fromkeys(options.precisions):
@@ -74,19 +72,10 @@ class LowPrecTask(Task):
                 f"embedding_bytes_{precision}": float(low_memory.parameters + low_memory.auxiliary),
             }
             metrics.update(figures)
-            higher.update(
-                {
-                    f"test_auc_{precision}": True,
-                    f"test_logloss_{precision}": False,
-                    f"auc_delta_{precision}": True,
-                    f"logloss_delta_{precision}": False,
-                    f"embedding_bytes_{precision}": False,
-                }
-            )
             per_precision[precision] = {
                 "parameters": low_memory.parameters,
                 "auxiliary": low_memory.auxiliary,
             }
         details = dict(base.details)
         details["embedding_memory"] = {"fp32": base.details["embedding_memory"], **per_precision}
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)

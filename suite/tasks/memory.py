@@ -290,7 +290,10 @@ class MemoryTask(Task):
         _bytes("embedding_bytes", "Embedding memory", shown=True),
         _bytes("embedding_parameter_bytes", "Embedding parameters"),
         _bytes("embedding_auxiliary_bytes", "Embedding auxiliary"),
+        _bytes("embedding_index_bytes", "Embedding index"),
+        _bytes("embedding_utility_bytes", "Embedding utilities"),
         _bytes("sparse_optimizer_bytes", "Sparse optimizer state"),
+        _bytes("embedding_total_bytes", "Embedding memory with optimizer state"),
         _bytes("dense_parameter_bytes", "Dense parameters"),
         _bytes("dense_optimizer_bytes", "Dense optimizer state"),
         _bytes("total_state_bytes", "Total training state", shown=True),
@@ -299,6 +302,14 @@ class MemoryTask(Task):
         _bytes("inference_step_peak_bytes", "Inference step peak", measured=True),
         _bytes("inference_step_extra_bytes", "Inference step extra", measured=True),
         _bytes("full_embedding_bytes", "Full-table embedding memory"),
+        _bytes("full_embedding_total_bytes", "Full-table embedding memory with optimizer state"),
+        MetricSpec(
+            "embedding_total_fraction_of_full",
+            False,
+            "Embedding memory with optimizer state, share of full tables",
+            kind="ratio",
+            bounds=(0.0, float("inf")),
+        ),
         _bytes("analytic_mismatch_bytes", "Analytic mismatch"),
         MetricSpec(
             "compression_ratio", True, "Compression", "x", "ratio", primary=True, shown=True
@@ -363,10 +374,6 @@ class MemoryTask(Task):
             "analytic_mismatch_bytes": float(mismatch),
         }
         metrics = {k: v for k, v in metrics.items() if v == v}  # unavailable figures left out
-        higher = {name: False for name in metrics}
-        for name in ("compression_ratio", "compression_ratio_with_optimizer"):
-            if name in higher:
-                higher[name] = True
         details = {
             "device": ctx.device.type,
             "threads": torch.get_num_threads(),
@@ -384,4 +391,4 @@ class MemoryTask(Task):
             "peak_step": "second training step after compression (optimizer state "
             "allocated by the first)",
         }
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)

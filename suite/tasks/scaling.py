@@ -117,18 +117,13 @@ class ScalingTask(Task):
                 )
 
         metrics: dict[str, float] = {}
-        higher: dict[str, bool] = {}
         for backbone, fit in fits.items():
-            metrics[f"{backbone}_exponent"], higher[f"{backbone}_exponent"] = fit["exponent"], True
-            metrics[f"{backbone}_r2"], higher[f"{backbone}_r2"] = fit["r2"], True
-            metrics[f"{backbone}_l_inf"], higher[f"{backbone}_l_inf"] = fit["l_inf"], False
-            metrics[f"{backbone}_fit_usable"], higher[f"{backbone}_fit_usable"] = (
-                fit["usable"],
-                True,
-            )
+            metrics[f"{backbone}_exponent"] = fit["exponent"]
+            metrics[f"{backbone}_r2"] = fit["r2"]
+            metrics[f"{backbone}_l_inf"] = fit["l_inf"]
+            metrics[f"{backbone}_fit_usable"] = fit["usable"]
         metrics["best_test_logloss"] = min(p["test_logloss"] for p in points)
         metrics["best_test_auc"] = max(p["test_auc"] for p in points)
-        higher.update(best_test_logloss=False, best_test_auc=True)
 
         plot = None
         if options.plot:
@@ -142,7 +137,7 @@ class ScalingTask(Task):
             "C = training FLOPs = 3 x forward FLOPs/example x examples; least squares",
             "wall_seconds": round(time.perf_counter() - started, 3),
         }
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)
 
     @staticmethod
     def _point(ctx: RunContext, index: int, name: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from suite.config import Frozen, RunConfig
 from suite.embeddings.base import ComposedEmbedding
-from suite.embeddings.quantize import quantize_embedding
+from suite.embeddings.quantize import Precision, quantize_embedding
 from suite.errors import ConfigError
 from suite.kernel_backend import require_fbgemm
 from suite.models.base import RecModel
@@ -33,8 +33,6 @@ from suite.registry import TASKS
 from suite.results import MetricSpec
 from suite.tasks.accuracy import train_and_evaluate
 from suite.tasks.base import RunContext, Task, TaskOutput
-
-Precision = Literal["fp32", "fp16", "int8", "int4"]
 
 
 class ServingOptions(Frozen):
@@ -228,7 +226,6 @@ class ServingTask(Task):
         gaps = rng.exponential(1.0, options.queries)
         grid = batch_grid(options.max_batch)
         metrics: dict[str, float] = {"test_auc": trained.metrics["test_auc"]}
-        higher: dict[str, bool] = {"test_auc": True}
         per_precision: dict[str, dict] = {}
         served = {
             precision: model
@@ -264,18 +261,12 @@ class ServingTask(Task):
             metrics[f"{precision}_queries_per_s_at_target"] = best
             metrics[f"{precision}_samples_per_s_at_target"] = best * float(sizes.mean())
             metrics[f"{precision}_batch{options.max_batch}_ms"] = times[options.max_batch] * 1e3
-            higher |= {
-                f"{precision}_queries_per_s_at_target": True,
-                f"{precision}_samples_per_s_at_target": True,
-                f"{precision}_batch{options.max_batch}_ms": False,
-            }
         base = per_precision.get("fp32", {}).get("queries_per_s_at_target")
         for precision, figures in per_precision.items():
             if precision != "fp32" and base:
                 metrics[f"{precision}_speedup_at_target"] = (
                     figures["queries_per_s_at_target"] / base
                 )
-                higher[f"{precision}_speedup_at_target"] = True
         details: dict = {
             "query_sizes": {
                 "distribution": options.size_distribution,
@@ -296,7 +287,7 @@ class ServingTask(Task):
                 / f"{cfg.dataset.name}-{cfg.config_hash()}"
             )
             details["plots"] = [str(draw_serving(per_precision, options, out))]
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)
 
 
 def draw_serving(per_precision: dict, options: ServingOptions, out_dir: Path) -> Path:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import sys
-import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,11 +27,12 @@ import numpy as np
 from pydantic import Field
 
 from suite.config import Frozen, RunConfig
+from suite.engine import planning
 from suite.kernel_backend import require_fbgemm
 from suite.registry import TASKS
 from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
-from suite.tasks.sharding_measure import draw_measured, measure_plans, print_measured, summarize
+from suite.engine.sharding_measure import draw_measured, measure_plans, print_measured, summarize
 
 PLANNERS = ("torchrec", "size-greedy", "lookup-greedy", "random")
 
@@ -74,39 +73,28 @@ def table_rows(ctx: RunContext, options: ShardingOptions) -> list[int]:
     return scaled * options.table_copies
 
 
-def _quiet_torchrec():  # noqa: ANN202
-    require_fbgemm("task sharding (TorchRec's planner)")
-    warnings.filterwarnings("ignore")
-    for name in ("torchrec", "root"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+QUIET = "task sharding (TorchRec's planner)"
+"""What needs fbgemm, for :func:`suite.engine.planning.quiet_torchrec`'s message."""
 
 
 def _setup(rows: list[int], dim: int, world: int, options: ShardingOptions) -> tuple:
     """TorchRec's view of the tables: a meta-device collection, the topology, the
     per-table constraints and the sharders."""
-    _quiet_torchrec()
-    import torch
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import Topology
     from torchrec.distributed.planner.types import ParameterConstraints
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    configs = [
-        EmbeddingBagConfig(
-            name=f"t{i}", embedding_dim=dim, num_embeddings=r, feature_names=[f"f{i}"]
-        )
-        for i, r in enumerate(rows)
-    ]
-    module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
-    gib = 1024**3
-    topology = Topology(
-        world_size=world,
-        compute_device=options.compute_device,
-        hbm_cap=int(options.hbm_gib * gib) if options.compute_device == "cuda" else None,
-        ddr_cap=int(options.ddr_gib * gib),
+    count = len(rows)
+    module = planning.meta_collection(
+        [f"t{i}" for i in range(count)], rows, [dim] * count, [f"f{i}" for i in range(count)]
     )
-    constraints = {f"t{i}": ParameterConstraints(pooling_factors=[1.0]) for i in range(len(rows))}
+    gib = 1024**3
+    topology = planning.topology(
+        world,
+        options.compute_device,
+        hbm_bytes=int(options.hbm_gib * gib) if options.compute_device == "cuda" else None,
+        ddr_bytes=int(options.ddr_gib * gib),
+    )
+    constraints = {f"t{i}": ParameterConstraints(pooling_factors=[1.0]) for i in range(count)}
     return module, topology, constraints, [EmbeddingBagCollectionSharder()]
 
 
@@ -116,35 +104,36 @@ def _torchrec_plan(
 ) -> str:
     """TorchRec's planner's plan, scored (JSON). It does not depend on the seed, so the
     seeds of one process plan once."""
-    from torchrec.distributed.planner import EmbeddingShardingPlanner
     from torchrec.distributed.planner.types import PlannerError
 
     options = ShardingOptions.model_validate_json(options_json)
-    module, topology, constraints, sharders = _setup(list(rows), dim, world, options)
     chosen: list = []
 
     def keep(plan: list) -> list:
         chosen[:] = plan
         return plan
 
-    planner = EmbeddingShardingPlanner(
-        topology=topology,
-        batch_size=batch,
-        constraints=constraints,
-        stats=[],
-        callbacks=[keep],
-    )
-    try:
-        planner.plan(module, sharders)
-        return json.dumps(score(chosen, world, topology, options))
-    except PlannerError as exc:
-        return json.dumps({"fits": False, "error": str(exc).splitlines()[0]})
+    with planning.quiet_torchrec(QUIET):
+        module, topology, constraints, sharders = _setup(list(rows), dim, world, options)
+        planner = planning.planner(topology, batch, constraints, stats=[], callbacks=[keep])
+        try:
+            planner.plan(module, sharders)
+            return json.dumps(score(chosen, world, topology, options))
+        except PlannerError as exc:
+            return json.dumps({"fits": False, "error": str(exc).splitlines()[0]})
 
 
 def plan_world(
     rows: list[int], dim: int, world: int, options: ShardingOptions, batch: int, seed: int
 ) -> dict[str, dict[str, Any]]:
     """Every planner's plan for ``world`` ranks, scored with TorchRec's estimators."""
+    with planning.quiet_torchrec(QUIET):
+        return _plan_world(rows, dim, world, options, batch, seed)
+
+
+def _plan_world(
+    rows: list[int], dim: int, world: int, options: ShardingOptions, batch: int, seed: int
+) -> dict[str, dict[str, Any]]:
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
     from torchrec.distributed.planner.shard_estimators import (
         EmbeddingPerfEstimator,
@@ -297,7 +286,6 @@ class ShardingTask(Task):
         ):
             results[world] = plan_world(rows, dim, world, options, batch, ctx.config.seed)
         metrics: dict[str, float] = {}
-        higher: dict[str, bool] = {}
         for world, plans in results.items():
             for planner, figures in plans.items():
                 if "imbalance" not in figures:
@@ -307,12 +295,6 @@ class ShardingTask(Task):
                 metrics[f"{key}/max_cost"] = figures["max_cost"]
                 metrics[f"{key}/max_rank_gib"] = figures["max_rank_bytes"] / 1024**3
                 metrics[f"{key}/fits"] = float(figures["fits"])
-                higher |= {
-                    f"{key}/imbalance": False,
-                    f"{key}/max_cost": False,
-                    f"{key}/max_rank_gib": False,
-                    f"{key}/fits": True,
-                }
         details: dict[str, Any] = {
             "tables": {"rows": rows, "dim": dim, "source": options.tables},
             "batch_size_per_rank": batch,
@@ -349,7 +331,7 @@ class ShardingTask(Task):
                 details.setdefault("plots", []).append(
                     str(draw_measured(measured["plans"], out, world))
                 )
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)
 
 
 def clock_plans(

@@ -245,7 +245,6 @@ class ThroughputTask(Task):
         window = (opts.warmup_steps, opts.measure_steps, opts.measure_seconds)
 
         metrics: dict[str, float] = {}
-        higher: dict[str, bool] = {}
         per_batch: dict[str, dict] = {}
         for size in opts.batch_sizes:
             train_loader = BatchLoader(train_split, size, shuffle=cfg.train.shuffle, seed=cfg.seed)
@@ -255,15 +254,14 @@ class ThroughputTask(Task):
             infer, lat = measure_inference(model, BatchLoader(val_split, size), ctx.device, *window)
             p50, p95, p99 = (float(v) * 1e3 for v in np.percentile(lat, [50, 95, 99]))
             figures = {
-                f"train_samples_per_s_b{size}": (trained.samples_per_second, True),
-                f"infer_samples_per_s_b{size}": (infer.samples_per_second, True),
-                f"infer_latency_ms_p50_b{size}": (p50, False),
-                f"infer_latency_ms_p95_b{size}": (p95, False),
-                f"infer_latency_ms_p99_b{size}": (p99, False),
-                f"loader_samples_per_s_b{size}": (loader.samples_per_second, True),
+                f"train_samples_per_s_b{size}": trained.samples_per_second,
+                f"infer_samples_per_s_b{size}": infer.samples_per_second,
+                f"infer_latency_ms_p50_b{size}": p50,
+                f"infer_latency_ms_p95_b{size}": p95,
+                f"infer_latency_ms_p99_b{size}": p99,
+                f"loader_samples_per_s_b{size}": loader.samples_per_second,
             }
-            for name, (value, better) in figures.items():
-                metrics[name], higher[name] = float(value), better
+            metrics |= {name: float(value) for name, value in figures.items()}
             per_batch[str(size)] = {
                 "train": {**_window(trained), "last_loss": loss},
                 "inference": {
@@ -293,4 +291,4 @@ class ThroughputTask(Task):
                 "timed each; loader: BatchLoader iterated alone; device synchronized on GPU"
             ),
         }
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)

@@ -229,17 +229,11 @@ class TieredTask(Task):
             for p in options.placements
         ]
         metrics: dict[str, float] = {}
-        higher: dict[str, bool] = {}
         for p in placements:
             key = metric_key(p["name"])
             metrics[f"{key}/batch_lookup_ms"] = p["batch_lookup_seconds"] * 1e3
             metrics[f"{key}/memory_cost_usd"] = p["memory_cost_usd"]
             metrics[f"{key}/top_tier_share"] = p["levels"][0]["lookup_share"]
-            higher |= {
-                f"{key}/batch_lookup_ms": False,
-                f"{key}/memory_cost_usd": False,
-                f"{key}/top_tier_share": True,
-            }
         details: dict = {
             "source": source,
             "row_bytes": row_bytes,
@@ -250,7 +244,7 @@ class TieredTask(Task):
         if options.fbgemm_replay:
             details["fbgemm_replay"] = fbgemm_cache_replay(stream, ctx, options, batch)
         if options.plot:
-            from suite.tasks.access_plots import draw_tiers
+            from suite.data.access_plots import draw_tiers
 
             out = (
                 Path(ctx.config.tracking.results_dir)
@@ -259,7 +253,7 @@ class TieredTask(Task):
                 / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
             )
             details["plots"] = [str(p) for p in draw_tiers(placements, out)]
-        return TaskOutput(metrics, higher, details)
+        return TaskOutput(metrics, details=details)
 
 
 def fbgemm_cache_replay(
@@ -270,7 +264,7 @@ def fbgemm_cache_replay(
     fbgemm's cache is set-associative (32 ways) and fetches a whole batch's rows before
     the lookup, so its hit rate differs a little from the fully associative simulation.
     """
-    from suite.tasks.fbgemm_cache import replay
+    from suite.engine.cache_replay import replay
 
     if ctx.device.type != "cuda":
         raise ConfigError("task.options.fbgemm_replay: fbgemm's caching tables need device=cuda")

@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from suite.engine import planning
 from suite.engine.parallel import gather_to_file, spawn_gloo
+from suite.engine.planning import quiet_torchrec
 
 
 @dataclass(frozen=True)
@@ -117,43 +119,52 @@ def _generators(tables: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _rank_main(rank: int, world: int, job_dict: dict[str, Any]) -> None:
     """One rank: every plan in turn, timed; rank 0 writes the gathered figures."""
-    import logging
-
-    for name in ("torchrec", "torch.fx._symbolic_trace"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     job = MeasureJob(**job_dict)
     ids = np.load(job.ids_path)
-    figures = {
-        name: _time_plan(job, tables, ids, rank, world) for name, tables in job.plans.items()
-    }
+    with quiet_torchrec("measured sharding plans (TorchRec's DMP)"):
+        figures = {
+            name: _time_plan(job, tables, ids, rank, world) for name, tables in job.plans.items()
+        }
     gather_to_file(rank, figures, job.out_path)
 
 
 def _time_plan(
     job: MeasureJob, tables: list[dict[str, Any]], ids: np.ndarray, rank: int, world: int
 ) -> dict[str, float]:
+    """One plan on this rank: median ``step_ms`` and ``compute_ms`` over the clocked
+    steps, and the tables it holds a shard of."""
+    model = _sharded_collection(job, tables, world)
+    step_ms, compute_ms = _clock_steps(model, job, ids, rank, world)
+    held = sorted(  # tables with a model-parallel shard on this rank, as DMP built them
+        key.split(".")[-2]
+        for key, value in model.state_dict().items()
+        if callable(getattr(value, "local_shards", None)) and value.local_shards()
+    )
+    return {
+        "step_ms": float(np.median(step_ms)),
+        "compute_ms": float(np.median(compute_ms)),
+        "tables": held,
+    }
+
+
+def _sharded_collection(job: MeasureJob, tables: list[dict[str, Any]], world: int) -> Any:
+    """The job's tables (``t<i>``, read by feature ``f<i>``) under DMP with the plan's
+    placements, SGD fused into the backward."""
     import torch
     import torch.distributed as dist
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan
     from torchrec.distributed.types import ShardingEnv, ShardingPlan
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     torch.manual_seed(0)
-    n_tables = len(job.rows)
-    names = [f"t{i}" for i in range(n_tables)]
-    ebc = EmbeddingBagCollection(
-        tables=[
-            EmbeddingBagConfig(
-                name=names[i], embedding_dim=job.dim, num_embeddings=r, feature_names=[f"f{i}"]
-            )
-            for i, r in enumerate(job.rows)
-        ],
-        device=torch.device("meta"),
+    count = len(job.rows)
+    ebc = planning.meta_collection(
+        [f"t{i}" for i in range(count)],
+        list(job.rows),
+        [job.dim] * count,
+        [f"f{i}" for i in range(count)],
     )
     apply_optimizer_in_backward(torch.optim.SGD, ebc.parameters(), {"lr": 0.01})
     sharder = EmbeddingBagCollectionSharder()
@@ -165,13 +176,24 @@ def _time_plan(
         world_size=world,
         device_type="cpu",
     )
-    model = DistributedModelParallel(
+    return DistributedModelParallel(
         ebc,
         device=torch.device("cpu"),
         plan=ShardingPlan({"": module_plan}),
         env=ShardingEnv.from_process_group(dist.group.WORLD),
         sharders=[sharder],
     )
+
+
+def _clock_steps(
+    model: Any, job: MeasureJob, ids: np.ndarray, rank: int, world: int
+) -> tuple[list[float], list[float]]:
+    """Milliseconds of each clocked step on this rank: the whole forward and backward,
+    and the rank's local lookups alone replayed on the inputs it received."""
+    import torch
+    import torch.distributed as dist
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
     # the sharded collection's lookups, one per sharding type (DDP wraps a data-parallel one)
     lookups = [getattr(m, "module", m) for m in model.module._lookups]
     received: list[tuple[torch.nn.Module, Any]] = []
@@ -180,7 +202,8 @@ def _time_plan(
         received.append((module, args[0]))
 
     hooks = [m.register_forward_pre_hook(keep) for m in lookups]
-    keys = [f"f{i}" for i in range(n_tables)]
+    count = len(job.rows)
+    keys = [f"f{i}" for i in range(count)]
     step_ms, compute_ms = [], []
     for step in range(job.warmup + job.steps):
         start = (step * world + rank) * job.batch
@@ -188,7 +211,7 @@ def _time_plan(
         kjt = KeyedJaggedTensor.from_lengths_sync(
             keys=keys,
             values=batch.t().reshape(-1).contiguous(),
-            lengths=torch.ones(n_tables * job.batch, dtype=torch.int32),
+            lengths=torch.ones(count * job.batch, dtype=torch.int32),
         )
         received.clear()
         dist.barrier()
@@ -209,16 +232,7 @@ def _time_plan(
             compute_ms.append(local * 1e3)
     for hook in hooks:
         hook.remove()
-    held = sorted(  # tables with a model-parallel shard on this rank, as DMP built them
-        key.split(".")[-2]
-        for key, value in model.state_dict().items()
-        if callable(getattr(value, "local_shards", None)) and value.local_shards()
-    )
-    return {
-        "step_ms": float(np.median(step_ms)),
-        "compute_ms": float(np.median(compute_ms)),
-        "tables": held,
-    }
+    return step_ms, compute_ms
 
 
 def summarize(

@@ -1,0 +1,140 @@
+"""What a reproduction found: each config's runs under every seed (:class:`RunRecord`), each
+paper's judged claims (:class:`PaperOutcome`) and the whole (:class:`Reproduction`), which
+the report and plots read."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from suite.config import RunConfig
+from suite.reproduce.claims import COMPUTE_METRIC, ClaimOutcome
+from suite.reproduce.spec import ReproductionSpec
+from suite.results import TaskResult, find_metric
+from suite.stats import Interval, ScalingFit, mean_ci
+
+
+@dataclass
+class RunRecord:
+    """One config run under every seed of the profile."""
+
+    run_id: str
+    config: RunConfig
+    seeds: list[int]
+    results: dict[int, TaskResult] = field(default_factory=dict)
+
+    @property
+    def per_seed(self) -> dict[int, dict[str, float]]:
+        return {seed: seed_metrics(r) for seed, r in self.results.items()}
+
+    def interval(self, metric: str) -> Interval:
+        values = [m[metric] for m in self.per_seed.values() if metric in m]
+        return mean_ci(values)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Mean of each metric over seeds."""
+        per_seed = list(self.per_seed.values())
+        names = [k for k in per_seed[0] if all(k in m for m in per_seed)] if per_seed else []
+        return {k: float(np.mean([m[k] for m in per_seed])) for k in names}
+
+    @property
+    def duration_s(self) -> float:
+        return float(sum(r.duration_s for r in self.results.values()))
+
+    @property
+    def mlflow_run_ids(self) -> dict[int, str | None]:
+        return {seed: r.mlflow_run_id for seed, r in self.results.items()}
+
+    def test_predictions(self, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The run's test ``(labels [N], logits [N])`` under ``seed``, if it kept them."""
+        from suite.reproduce.store import predictions
+
+        result = self.results.get(seed)
+        return predictions(result) if result is not None else None
+
+    def metric_kind(self, metric: str) -> str | None:
+        """The declared kind of one of this run's metrics (``measured`` for timings), or
+        None where its task does not declare it (figures the runner derives)."""
+        task = self.config.task.registry.get(self.config.task.name)
+        spec = find_metric(task.metrics, metric)
+        return spec.kind if spec else None
+
+
+def seed_metrics(result: TaskResult) -> dict[str, float]:
+    """A run's metrics plus its training compute (3 x forward FLOPs x examples)."""
+    metrics = dict(result.metrics)
+    examples = result.details.get("examples")
+    if examples is not None and "flops_per_example" in metrics:
+        metrics[COMPUTE_METRIC] = 3.0 * metrics["flops_per_example"] * float(examples)
+    return metrics
+
+
+@dataclass
+class PaperOutcome:
+    spec: ReproductionSpec
+    profile: str
+    runs: dict[str, RunRecord]
+    claims: list[ClaimOutcome]
+    fits: dict[str, ScalingFit] = field(default_factory=dict)
+
+    @property
+    def families(self) -> dict[str, list[str]]:
+        return {f: list(ms) for f, ms in self.spec.profiles[self.profile].families.items()}
+
+
+@dataclass
+class Reproduction:
+    """What ``reproduce`` did: the papers' outcomes and where it is tracked."""
+
+    profile: str
+    papers: list[PaperOutcome]
+    seeds: list[int]
+    overrides: dict[str, Any]
+    mlflow_run_id: str | None = None
+    tracking_uri: str | None = None
+    duration_s: float = 0.0
+
+    def results(self) -> list[TaskResult]:
+        """Every job's result once (runs shared between papers counted once)."""
+        unique: dict[tuple[str, int], TaskResult] = {}
+        for outcome in self.papers:
+            for rec in outcome.runs.values():
+                for seed, result in rec.results.items():
+                    unique[(rec.config.config_hash(), seed)] = result
+        return list(unique.values())
+
+
+def training_wall_s(results: list[TaskResult]) -> tuple[float, int]:
+    """``(seconds, stretches)``: the wall time during which at least one of ``results``
+    was training (the union of their ``[created - duration_s, created]`` intervals), and the
+    number of separate stretches it falls in (a killed and resumed reproduction has two or
+    more). Read off the stored jobs, so a resumed or regenerated report still counts the
+    invocations that left no manifest."""
+    spans = sorted(
+        (end - r.duration_s, end) for r in results if (end := _timestamp(r.created)) is not None
+    )
+    total, stretches, reach = 0.0, 0, -math.inf
+    for start, end in spans:
+        if start > reach + WALL_GAP_S:
+            stretches += 1
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total, stretches
+
+
+WALL_GAP_S = 120.0
+"""Two jobs' intervals further apart than this belong to separate stretches of work."""
+
+
+def _timestamp(iso: str | None) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
