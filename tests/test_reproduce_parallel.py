@@ -305,3 +305,29 @@ def test_a_stopped_reproduction_keeps_the_noise_of_the_pairs_it_finished(
     )
     assert reproduce(out, uri, which, "--workers", "1") == 0
     assert trained and not any(label.startswith("dlrm/full") for label in trained)
+
+
+def test_jobs_run_claim_by_claim_so_a_stop_leaves_whole_pairs() -> None:
+    """Longest first alone ran every QR config before any hashing one, so a reproduction
+    stopped part way had no finished pair (its noise unstored, its runs trained again on a
+    resume elsewhere); claim by claim, each pair's jobs come together, longest groups first."""
+    from suite.reproduce import runner
+    from suite.reproduce.plan import plan_jobs, plan_runs, profile_seeds, select_specs
+
+    specs = select_specs(["qr"], "quick", None)
+    planned, where = plan_runs(specs, "quick", None, {})
+    jobs = plan_jobs(planned, profile_seeds(specs, "quick"), "quick")
+    is_qr = {key: planned[key].roles[0].startswith("qr/qr") for key in planned}
+    costs = {(j.key, j.seed): 10.0 if is_qr[j.key] else 1.0 for j in jobs}  # QR slower
+    groups = runner.claim_groups(specs, "quick", None, where)
+    ordered = runner.claims_first(jobs, groups, costs)
+
+    assert sorted(map(id, ordered)) == sorted(map(id, jobs))
+    seen = [groups[j.key] for j in ordered]
+    assert seen == sorted(seen, key=seen.index), "a claim's jobs are not contiguous"
+    first = [j for j in ordered if groups[j.key] == seen[0]]
+    assert {is_qr[j.key] for j in first} == {True, False}  # a whole QR/hash pair first
+    assert [costs[(j.key, j.seed)] for j in first] == sorted(
+        (costs[(j.key, j.seed)] for j in first), reverse=True
+    )
+    assert [j.label for j in runner.claims_first(jobs, groups, None)][:1] == [jobs[0].label]

@@ -34,11 +34,13 @@ from suite.reproduce.outcome import Reproduction, RunRecord
 from suite.reproduce.plan import (
     Job,
     PlannedRun,
+    claim_runs,
     plan_jobs,
     plan_runs,
     profile_seeds,
     run_config,
     select_specs,
+    selected_claims,
 )
 from suite.reproduce.spec import ReproductionSpec, load_spec
 from suite.results import TaskResult
@@ -52,17 +54,51 @@ def job_examples(config: RunConfig) -> float:
     return float(train.epochs * config.dataset.options.get("train_rows", 10**6))
 
 
-def longest_first(jobs: list[Job], known: dict[str, float]) -> list[Job]:
-    """``jobs`` by estimated duration, longest first: a config's known duration per seed
-    (``known``: config hash -> seconds), else its training examples at the known runs'
+def job_costs(jobs: list[Job], known: dict[str, float]) -> dict[tuple[str, int], float]:
+    """Each job's estimated seconds by (config hash, seed): its config's known duration per
+    seed (``known``: config hash -> seconds), else its training examples at the known runs'
     median seconds per example."""
     rates = [known[j.key] / job_examples(j.config) for j in jobs if j.key in known]
     rate = float(np.median(rates)) if rates else 1.0
+    return {(j.key, j.seed): known.get(j.key, job_examples(j.config) * rate) for j in jobs}
+
+
+def claim_groups(
+    specs: list[ReproductionSpec],
+    profile: str,
+    claim_ids: list[str] | None,
+    where: dict[tuple[str, str], str],
+) -> dict[str, int]:
+    """Config hash -> the first claim (in the specs' order) whose runs include it."""
+    groups: dict[str, int] = {}
+    claims = [(s, c) for s in specs for c in selected_claims(s, profile, claim_ids)]
+    for index, (spec, claim) in enumerate(claims):
+        for run_id in claim_runs(spec, profile, claim):
+            key = where.get((spec.paper, run_id))
+            if key is not None:
+                groups.setdefault(key, index)
+    return groups
+
+
+def claims_first(
+    jobs: list[Job], groups: dict[str, int], costs: dict[tuple[str, int], float] | None
+) -> list[Job]:
+    """``jobs`` claim by claim (``groups``: :func:`claim_groups`), so a reproduction stopped
+    part way leaves whole pairs, whose test-set noise it stores: a resume on another machine
+    (without the uncommitted test predictions) trains none of them again. With ``costs``
+    (parallel workers), the groups with the most estimated time first and each group's
+    jobs longest first, so short jobs keep the end busy; without, in plan order."""
+
+    def group(job: Job) -> int:
+        return groups.get(job.key, -1)
 
     def cost(job: Job) -> float:
-        return known.get(job.key, job_examples(job.config) * rate)
+        return costs[(job.key, job.seed)] if costs else 0.0
 
-    return sorted(jobs, key=cost, reverse=True)
+    total: dict[int, float] = {}
+    for job in jobs:
+        total[group(job)] = total.get(group(job), 0.0) + cost(job)
+    return sorted(jobs, key=lambda j: (-total[group(j)], group(j), -cost(j)))
 
 
 def known_durations(jobs: list[Job], dirs: list[Path]) -> dict[str, float]:
@@ -263,9 +299,11 @@ def reproduce(
     for (key, seed), result in found.items():
         records[key].results[seed] = result
     workers = default_workers(len(todo)) if workers is None else max(1, workers)
+    costs = None
     if workers > 1:
         dirs = [d for d in (directory, Path("results") / profile) if d is not None]
-        todo = longest_first(todo, known_durations(todo, dirs))
+        costs = job_costs(todo, known_durations(todo, dirs))
+    todo = claims_first(todo, claim_groups(specs, profile, claim_ids, where), costs)
     parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
 
     def done(job: Job, result: TaskResult) -> None:
