@@ -49,6 +49,12 @@ RATE = "/s"
 SHARE = "share"
 """The unit of a fraction shown as a percent (``0.523`` -> ``52.3%``)."""
 
+MIB = "MiB"
+"""Bytes always shown in MiB to ``decimals`` places (3 by default; reports' columns)."""
+
+KILO_RATE = "k samples/s"
+"""A rate in samples/s shown in thousands to one decimal (``12.3 k samples/s``)."""
+
 
 def unit_of(name: str) -> str:
     """The unit a bare metric name implies, for callers without its spec: ``bytes`` for
@@ -77,6 +83,7 @@ def format_cell(
     thousands: bool | None = None,
     max_decimals: int = 10,
     missing: str = "n/a",
+    scientific: bool = False,
 ) -> str:
     """One figure's cell: ``value``, with ``± spread`` (a std or CI half-width) when given.
 
@@ -87,15 +94,23 @@ def format_cell(
     fixed places where given, else a large :data:`RATE` or whole number without decimals and
     other figures to six significant digits. ``thousands`` separates thousands always
     (True), never (False), or (None) on a figure shown alone from 10,000; ``plus`` signs a
-    positive value (a difference); ``missing`` stands for None or NaN.
+    positive value (a difference); ``missing`` stands for None or NaN. :data:`MIB` and
+    :data:`KILO_RATE` fix the scale; ``scientific`` writes a figure from 1e5 or below 1e-3
+    (not 0) as ``1.234e+05``.
     """
     if value is None or not math.isfinite(value):
         return missing if value is None or math.isnan(value) else str(value)
     if unit == "bytes":
         text = human_bytes(value, plus)
         return text if spread is None else f"{text} ± {human_bytes(spread)}"
+    if unit == MIB:
+        return f"{value / 2**20:.{3 if decimals is None else decimals}f} MiB"
+    if unit == KILO_RATE:
+        return f"{value / 1000:.1f} k samples/s"
     if kind == "count":
         return human_count(value)
+    if scientific and value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.3e}"
     sign = "+" if plus else ""
     if unit == SHARE:
         return f"{value:{sign}.{1 if decimals is None else decimals}%}"

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from suite import units
 from suite.decisions import ALPHA, holm
 from suite.environment import environment
 from suite.reproduce.claims import NOT_TESTABLE, UNDERPOWERED, ClaimOutcome, describe
@@ -23,7 +24,6 @@ from suite.stats import Interval, ScalingFit
 
 TIMINGS_HEADING = "## Timings (machine-dependent)"
 VERDICTS = ("holds", "does not hold", UNDERPOWERED, NOT_TESTABLE, "not measurable")
-MIB = 2**20
 DELONG_ALPHA = 0.05
 
 
@@ -38,16 +38,12 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def number(value: float, unit: str = "") -> str:
-    """A figure in human units: bytes as MiB, rates as k samples/s, else 4 significant."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if unit == "bytes":
-        return f"{value / MIB:.3f} MiB"
-    if unit == "rate":
-        return f"{value / 1000:.1f} k samples/s"
-    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-        return f"{value:.3e}"
-    return f"{value:.4f}"
+    """A figure in human units (:func:`suite.units.format_cell`): bytes as MiB, rates as
+    k samples/s, else 4 decimals (scientific from 1e5 and below 1e-3)."""
+    scale = {"bytes": units.MIB, "rate": units.KILO_RATE}.get(unit, "")
+    return units.format_cell(
+        value, unit=scale, decimals=4 if not scale else None, thousands=False, scientific=True
+    )
 
 
 def wall_time_text(reproduction: Reproduction) -> str:
