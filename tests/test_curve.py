@@ -139,3 +139,17 @@ def test_which_method_when_is_generated_from_the_table() -> None:
         "from it; ALPT cannot reach it. Best or tied with the best: HASH at 2 of 2 budgets, "
         "ROBE at 1 of 2 budgets."
     )
+
+
+def test_a_point_over_its_budget_is_left_out_of_the_ranking() -> None:
+    """A method whose trained bytes exceed its budget (FIITED before it has pruned, in a
+    short run) is not compared at equal memory: it is named absent, with its bytes."""
+    from suite.reproduce.curve import OVER_BUDGET, over_budget
+
+    full = 1_000_000.0
+    assert over_budget(250_000.0, full, 4) is None
+    assert over_budget(250_000.0 * (1 + OVER_BUDGET), full, 4) is None
+    reason = over_budget(1_299_000.0, full, 4)
+    assert reason is not None and "1,299,000 bytes (1.299 of full)" in reason
+    assert "over the budget of 250,000" in reason
+    assert over_budget(float("nan"), full, 4) is None  # no figure: nothing to judge

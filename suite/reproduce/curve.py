@@ -257,6 +257,24 @@ class CurveData:
     reference: Any
 
 
+OVER_BUDGET = 0.05
+"""How far over its budget a trained point's measured total bytes may be and still be ranked
+(a method's options are chosen to fit the budget; a method that prunes during training,
+as FIITED does, holds what it has not pruned yet when a short run ends)."""
+
+
+def over_budget(total: float, full: float, budget: int) -> str | None:
+    """Why a point that trained to ``total`` bytes is not at 1/``budget`` of ``full``'s
+    bytes (more than :data:`OVER_BUDGET` over), else None."""
+    limit = full / budget
+    if not total > limit * (1 + OVER_BUDGET):
+        return None
+    return (
+        f"trained to {total:,.0f} bytes ({total / full:.3f} of full), over the budget of "
+        f"{limit:,.0f}: not compared at equal memory"
+    )
+
+
 def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
     """The curve of a :class:`~suite.reproduce.outcome.PaperOutcome`, ranked."""
     from suite.reproduce.plan import run_config
@@ -266,11 +284,17 @@ def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
         return None
     records, absent = {}, {}
     budgets = outcome.spec.profiles[outcome.profile].budgets or curve.budgets
+    full = outcome.runs[curve.reference].metrics.get("embedding_total_bytes", math.nan)
     for method in curve.methods:
         for budget in budgets:
             run_id = curve.run_id(method, budget)
             if run_id in outcome.runs and outcome.runs[run_id].results:
-                records[(method, budget)] = outcome.runs[run_id]
+                total = outcome.runs[run_id].metrics.get("embedding_total_bytes", math.nan)
+                reason = over_budget(total, full, budget)
+                if reason is None:
+                    records[(method, budget)] = outcome.runs[run_id]
+                else:
+                    absent.setdefault(budget, {})[method] = reason
                 continue
             try:
                 run_config(outcome.spec, outcome.profile, run_id, overrides)
@@ -380,6 +404,13 @@ def curve_section(outcome: Any, overrides: dict[str, Any]) -> list[str]:
         "method's, per seed, in this reproduction on this machine [95% CI].",
         "",
     ]
+    if _test_variance(outcome)(data.curve.reference, "")[1] == 0:
+        lines[-1:-1] = [
+            "Test-set noise left out: the runs' test predictions are not here (a report "
+            "regenerated from stored results), so the intervals and tests carry the seeds' "
+            "spread only.",
+            "",
+        ]
     rows = []
     for ranked in data.standings:
         for s in ranked:
