@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from suite.data.pipeline import CategoricalOptions, PrepareJob, build_prepared, chunk_from_arrays
+from suite.data.chunks import CategoricalOptions, chunk_from_arrays
+from suite.data.pipeline import PrepareJob, build_prepared
 from suite.data.raw import RawReader
 from suite.data.splits import TEST, TRAIN, VAL, Rows, SplitRule
 from suite.data.vocab import (

@@ -40,13 +40,10 @@ from suite.data.chunks import (
     WORKERS,
     CategoricalOptions,
     Chunk,
-    chunk_from_arrays,
-    label_column,
-    numpy_column,
 )
 from suite.data.duplicates import duplicate_warnings, find_duplicates, row_hashes_in_parts
 from suite.data.prepared import CACHE_OPTION, PreparedDataset, PreparedWriter
-from suite.data.raw import OnBadRows, RawReader, prefetch
+from suite.data.raw import RawReader, prefetch
 from suite.data.schema import FeatureSchema
 from suite.data.slot import remove_stale, source_guard
 from suite.data.spill import ChunkRecord, Spill, shifted_ids, spill_memory_budget
@@ -369,16 +366,3 @@ def _write(
             for i, s in enumerate(SPLIT_NAMES)
         }
         return writer.finish(manifest)
-
-
-__all__ = [
-    "WORKERS",
-    "CategoricalOptions",
-    "Chunk",
-    "PrepareJob",
-    "OnBadRows",
-    "build_prepared",
-    "chunk_from_arrays",
-    "label_column",
-    "numpy_column",
-]

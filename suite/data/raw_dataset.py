@@ -4,7 +4,7 @@ A registered raw dataset states what it is as class attributes: its ``Options``,
 ``protocols`` (name -> description) and ``splits`` (name -> split rule built from the
 options), the raw ``files`` it accepts and their text ``format``, its ``dense`` and
 ``sparse`` feature names, and the ``extra`` facts its manifest records. It turns a
-parsed block into a :class:`~suite.data.pipeline.Chunk` with :meth:`RawDataset.chunk`
+parsed block into a :class:`~suite.data.chunks.Chunk` with :meth:`RawDataset.chunk`
 (the default reads a ``label`` column, dense columns as floats and sparse columns as
 they are). A dataset whose files, features or reading vary with its options overrides
 :meth:`~RawDataset.sources`, :meth:`~RawDataset.features` or :meth:`~RawDataset.chunks`.
@@ -18,15 +18,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from suite.data.pipeline import (
+from suite.data.chunks import (
     CategoricalOptions,
     Chunk,
-    PrepareJob,
-    build_prepared,
     chunk_from_arrays,
     label_column,
     numpy_column,
 )
+from suite.data.pipeline import PrepareJob, build_prepared
 from suite.data.prepared import PreparedDataset
 from suite.data.raw import Parsed, RawReader, TextFormat, find_file
 from suite.data.source import DatasetSource

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from suite.data.pipeline import (
+from suite.data.chunks import (
     CategoricalOptions,
     Chunk,
     chunk_from_arrays,

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from suite.data.pipeline import (
+from suite.data.chunks import (
     WORKERS,
     CategoricalOptions,
     Chunk,

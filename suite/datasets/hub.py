@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from suite.data.pipeline import (
+from suite.data.chunks import (
     CategoricalOptions,
     Chunk,
     chunk_from_arrays,

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from suite.data.pipeline import CategoricalOptions, Chunk, chunk_from_arrays, numpy_column
+from suite.data.chunks import CategoricalOptions, Chunk, chunk_from_arrays, numpy_column
 from suite.data.raw import Parsed, RawReader, TextFormat
 from suite.data.raw_dataset import RawDataset
 from suite.data.splits import RandomSplit, SplitRule, TimeRankSplit
