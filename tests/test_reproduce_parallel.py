@@ -253,6 +253,32 @@ def test_a_stored_job_whose_logits_are_gone_trains_again_until_its_noise_is_stor
     assert {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in after} == mtimes
 
 
+def test_a_stored_job_no_claim_judges_by_its_auc_is_reused_without_its_logits(
+    tmp_path: Path,
+) -> None:
+    """Only jobs whose test AUC a claim judges need their logits for DeLong: a byte-count
+    claim's jobs, resumed where their logits are gone, are reused (a resume of the quick
+    profile trained its 80 unpaired Wukong and Check-N-Run jobs again before)."""
+    from suite.results import ARRAYS_DETAIL
+
+    uri = tracking_uri(tmp_path)
+    out = tmp_path / "report"
+    bytes_only = ["--paper", "alpt", "--claim", "alpt-8-parameter-bytes"]
+    assert reproduce(out, uri, bytes_only, "--workers", "1") == 0
+    before = stored(out)
+    assert before and all(LOGITS_DIGEST in r.details for r in before.values())
+    for result in before.values():  # another machine: the kept arrays are not there
+        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
+    assert (
+        not (out / RUNS_DIR / NOISE_FILE).is_file()
+        or "pairs" in (out / RUNS_DIR / NOISE_FILE).read_text()
+    )
+    mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before}
+
+    assert reproduce(out, uri, bytes_only, "--workers", "1") == 0
+    assert {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before} == mtimes
+
+
 def _timed(created: str, duration_s: float) -> TaskResult:
     return accuracy_result(created=created, duration_s=duration_s)
 

@@ -29,6 +29,7 @@ import numpy as np
 from suite.config import RunConfig
 from suite.errors import ConfigError, SuiteError
 from suite.progress import progress_bar
+from suite.reproduce.claims import auc_runs
 from suite.reproduce.judge import NoiseBook, judge
 from suite.reproduce.outcome import Reproduction, RunRecord
 from suite.reproduce.plan import (
@@ -236,8 +237,28 @@ def end_parent(parent: Any, exc: BaseException) -> None:
         store.clean_dead_runs([store.experiment_of(parent.run_id)])
 
 
+def noise_keys(
+    specs: list[ReproductionSpec],
+    profile: str,
+    claim_ids: list[str] | None,
+    where: dict[tuple[str, str], str],
+) -> set[str]:
+    """Config hashes whose test AUC some selected claim judges with its test-set noise
+    (:func:`suite.reproduce.claims.auc_runs`): the jobs that need their logits."""
+    keys: set[str] = set()
+    for spec in specs:
+        for claim in selected_claims(spec, profile, claim_ids):
+            for run_id in auc_runs(claim) or ():
+                if run_id and (spec.paper, run_id) in where:
+                    keys.add(where[(spec.paper, run_id)])
+    return keys
+
+
 def stored_results(
-    jobs: list[Job], report_dir: Path | None, resume: bool = True
+    jobs: list[Job],
+    report_dir: Path | None,
+    resume: bool = True,
+    noisy: set[str] | None = None,
 ) -> tuple[dict[tuple[str, int], TaskResult], list[Job]]:
     """The jobs' stored results (by config hash and seed), and the jobs still to run.
 
@@ -245,9 +266,11 @@ def stored_results(
     they are still here or the test-set noise it takes part in is stored: the logits are
     not committed (a 1M-row test set is 4 MB a job), so a job resumed on another machine
     before its pairs' noise was judged trains again (bit for bit the same figures on the
-    same CPU model) to give DeLong its predictions. Regenerating a report (``resume``
-    false) takes every stored result; a pair whose noise was never judged is then
-    reported with its test-set noise left out, as the run that stored it did."""
+    same CPU model) to give DeLong its predictions. ``noisy`` (:func:`noise_keys`; None:
+    every job) limits that to the jobs whose AUC a claim judges with its noise: the others
+    never need their logits. Regenerating a report (``resume`` false) takes every stored
+    result; a pair whose noise was never judged is then reported with its test-set noise
+    left out, as the run that stored it did."""
     from suite.reproduce.store import LOGITS_DIGEST, predictions, read_noise, read_result
 
     found: dict[tuple[str, int], TaskResult] = {}
@@ -260,7 +283,8 @@ def stored_results(
                 continue
             had_logits = LOGITS_DIGEST in result.details
             unjudged = (job.key, job.seed) not in judged
-            if resume and had_logits and unjudged and predictions(result) is None:
+            needed = noisy is None or job.key in noisy
+            if resume and had_logits and needed and unjudged and predictions(result) is None:
                 continue
             found[(job.key, job.seed)] = result
     return found, [j for j in jobs if (j.key, j.seed) not in found]
@@ -294,7 +318,8 @@ def reproduce(
     if from_results is not None:
         return _regenerate(profile, specs, claim_ids, planned, where, jobs, overrides, from_results)
     directory = Path(report_dir) if report_dir is not None else None
-    found, todo = stored_results(jobs, directory)
+    noisy = noise_keys(specs, profile, claim_ids, where)
+    found, todo = stored_results(jobs, directory, noisy=noisy)
     records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
     for (key, seed), result in found.items():
         records[key].results[seed] = result
