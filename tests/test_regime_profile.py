@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from suite.errors import ConfigError
 from suite.reproduce.claims import ClaimOutcome
 from suite.reproduce.outcome import PaperOutcome, Reproduction
 from suite.reproduce.plan import run_config
@@ -176,6 +177,19 @@ def test_regime_run_adopts_standard_jobs_resumes_and_regenerates(tmp_path: Path,
     report = render_regime_report(regenerated, [], "suite reproduce --profile regime", out)
     assert "| today" in report and "| longtail" in report and "across regimes" in report
     assert "hash-8-bytes" not in report and "hash_8" not in report
+
+    # checked in, the regime's results leave out the jobs adopted from the standard's:
+    # regenerating reads those (and their noise) from the standard's directory
+    for path in (std / RUNS_DIR).glob("*/seed-*.json"):
+        (out / RUNS_DIR / path.parent.name / path.name).unlink()
+    with pytest.raises(ConfigError, match="no stored result"):
+        reproduce_regimes([spec], None, overrides(tmp_path), REGIMES, None, **run, from_results=out)
+    from_both = reproduce_regimes(
+        [spec], None, overrides(tmp_path), REGIMES, std, **run, from_results=out
+    )
+    for a, b in zip(first, from_both, strict=True):
+        (ca,), (cb,) = a.reproduction.papers[0].claims, b.reproduction.papers[0].claims
+        assert (ca.verdict, ca.difference, ca.noise) == (cb.verdict, cb.difference, cb.noise)
 
 
 def outcome(claim_id: str, verdict: str, mean: float) -> ClaimOutcome:

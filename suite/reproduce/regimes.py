@@ -165,7 +165,8 @@ def reproduce_regimes(
     report_dir, from_results), all stored in the one ``report_dir`` (config hashes keep the
     regimes apart; resumable as any reproduction; each regime's MLflow parent run names it in
     its ``suite.command`` tag). ``adopt_from``: a report directory whose
-    stored jobs of the same config are copied instead of trained (None: none)."""
+    stored jobs of the same config are copied instead of trained (None: none); regenerating
+    (``from_results``), the jobs the results directory lacks are read from there."""
     regimes = regimes if regimes is not None else load_regimes()
     ids = empirical_claim_ids(papers, claim_ids)
     planned = regime_jobs(papers, ids, overrides, regimes)
@@ -176,6 +177,8 @@ def reproduce_regimes(
         if training and report_dir is not None and adopt_from is not None:
             adopted = adopt_stored(planned[name], Path(adopt_from), Path(report_dir))
         tagged = {**run, "command": f"{run.get('command', '')} [regime {name}]".strip()}
+        if not training and adopt_from is not None:
+            tagged["also_from"] = adopt_from
         reproduction = reproduce(
             PROFILE, papers, ids, regime_overrides(regime, overrides), **tagged
         )

@@ -300,13 +300,16 @@ def reproduce(
     workers: int | None = None,
     report_dir: str | Path | None = None,
     from_results: str | Path | None = None,
+    also_from: str | Path | None = None,
 ) -> Reproduction:
     """Train every needed run of the chosen specs under each seed; judge their claims.
 
     ``report_dir``: store each finished job under ``<report_dir>/runs`` and reuse those
     already stored there (a killed reproduction resumes). ``workers``: worker processes
     (default: one per core, at most one per job). ``from_results``: train nothing; judge
-    the results stored under that report directory (an error names a missing job)."""
+    the results stored under that report directory (an error names a missing job), and
+    under ``also_from`` those it lacks (the regime profile's jobs adopted from the standard
+    profile's results, which its own directory does not copy)."""
     from suite.reproduce import store
 
     started = time.perf_counter()
@@ -316,7 +319,8 @@ def reproduce(
     planned, where = plan_runs(specs, profile, claim_ids, overrides)
     jobs = plan_jobs(planned, seeds, profile)
     if from_results is not None:
-        return _regenerate(profile, specs, claim_ids, planned, where, jobs, overrides, from_results)
+        directories = [Path(from_results), *([Path(also_from)] if also_from else [])]
+        return _regenerate(profile, specs, claim_ids, planned, where, jobs, overrides, directories)
     directory = Path(report_dir) if report_dir is not None else None
     noisy = noise_keys(specs, profile, claim_ids, where)
     found, todo = stored_results(jobs, directory, noisy=noisy)
@@ -395,12 +399,17 @@ def _regenerate(
     where: dict[tuple[str, str], str],
     jobs: list[Job],
     overrides: dict[str, Any],
-    directory: str | Path,
+    directories: list[Path],
 ) -> Reproduction:
-    """The reproduction judged on the stored results under ``directory``, training none."""
+    """The reproduction judged on the stored results under ``directories`` (the first that
+    holds a job gives it, with its test-set noise), training none."""
     from suite.reproduce import store
 
-    found, missing = stored_results(jobs, Path(directory), resume=False)
+    directory, found, missing, noise = directories[0], {}, jobs, {}
+    for source in directories:
+        more, missing = stored_results(missing, source, resume=False)
+        found.update(more)
+        noise = {**store.read_noise(source), **noise}
     if missing:
         first = missing[0]
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
@@ -412,7 +421,7 @@ def _regenerate(
     records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
     for (key, seed), result in found.items():
         records[key].results[seed] = result
-    book = NoiseBook(store.read_noise(directory), predictions=False)
+    book = NoiseBook(noise, predictions=False)
     outcomes = [judge(spec, profile, claim_ids, records, where, book) for spec in specs]
     manifest = store.read_manifest(directory)
     return Reproduction(
