@@ -279,6 +279,39 @@ def test_a_stored_job_no_claim_judges_by_its_auc_is_reused_without_its_logits(
     assert {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before} == mtimes
 
 
+def test_a_new_claim_pairing_a_stored_job_trains_it_again_for_the_new_pairs_noise(
+    tmp_path: Path,
+) -> None:
+    """Mixed-dim's claim pairs md_2 with the hash_2 run QR's claim stored (same config):
+    where hash_2's logits are gone, its stored noise covers only the (qr_2, hash_2) pair,
+    so hash_2 trains again (same figures) and the new pair gets its test-set noise."""
+    from suite.reproduce.store import read_noise
+    from suite.results import ARRAYS_DETAIL
+
+    uri = tracking_uri(tmp_path)
+    out = tmp_path / "report"
+    assert reproduce(out, uri, AUC_PAIR, "--workers", "1") == 0
+    before = stored(out)
+    for result in before.values():  # a fresh clone: logits gone, the pair's noise stored
+        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
+    hashed = {n for n, r in before.items() if r.embedding == "hash"}
+    mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before}
+
+    both = ["--paper", "qr", "--paper", "mixed_dim", "--claim", "qr-above-hash-2"]
+    assert reproduce(out, uri, [*both, "--claim", "md-above-hash-2"], "--workers", "1") == 0
+    after = stored(out)
+    retrained = {
+        n for n in before if (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns != mtimes[n]
+    }
+    assert retrained == hashed and len(hashed) == 5
+    for name in hashed:
+        assert after[name].details[LOGITS_DIGEST] == before[name].details[LOGITS_DIGEST]
+    md = {n.split("/")[0] for n, r in after.items() if r.embedding == "mixed_dim"}
+    (hash_key,) = {n.split("/")[0] for n in hashed}
+    noise = read_noise(out)
+    assert all((m, hash_key, seed) in noise for m in md for seed in range(5))
+
+
 def _timed(created: str, duration_s: float) -> TaskResult:
     return accuracy_result(created=created, duration_s=duration_s)
 

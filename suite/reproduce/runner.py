@@ -237,28 +237,31 @@ def end_parent(parent: Any, exc: BaseException) -> None:
         store.clean_dead_runs([store.experiment_of(parent.run_id)])
 
 
-def noise_keys(
+def noise_pairs(
     specs: list[ReproductionSpec],
     profile: str,
     claim_ids: list[str] | None,
     where: dict[tuple[str, str], str],
-) -> set[str]:
-    """Config hashes whose test AUC some selected claim judges with its test-set noise
-    (:func:`suite.reproduce.claims.auc_runs`): the jobs that need their logits."""
-    keys: set[str] = set()
+) -> set[tuple[str, str]]:
+    """The ``(left, right)`` config hashes (``right`` "" for one AUC against a number) of
+    every test AUC a selected claim judges with its test-set noise
+    (:func:`suite.reproduce.claims.auc_runs`), as the noise file keys them."""
+    pairs: set[tuple[str, str]] = set()
     for spec in specs:
         for claim in selected_claims(spec, profile, claim_ids):
-            for run_id in auc_runs(claim) or ():
-                if run_id and (spec.paper, run_id) in where:
-                    keys.add(where[(spec.paper, run_id)])
-    return keys
+            runs = auc_runs(claim)
+            if runs is None or any(r and (spec.paper, r) not in where for r in runs):
+                continue
+            left, right = runs
+            pairs.add((where[(spec.paper, left)], where[(spec.paper, right)] if right else ""))
+    return pairs
 
 
 def stored_results(
     jobs: list[Job],
     report_dir: Path | None,
     resume: bool = True,
-    noisy: set[str] | None = None,
+    pairs: set[tuple[str, str]] | None = None,
 ) -> tuple[dict[tuple[str, int], TaskResult], list[Job]]:
     """The jobs' stored results (by config hash and seed), and the jobs still to run.
 
@@ -266,9 +269,11 @@ def stored_results(
     they are still here or the test-set noise it takes part in is stored: the logits are
     not committed (a 1M-row test set is 4 MB a job), so a job resumed on another machine
     before its pairs' noise was judged trains again (bit for bit the same figures on the
-    same CPU model) to give DeLong its predictions. ``noisy`` (:func:`noise_keys`; None:
-    every job) limits that to the jobs whose AUC a claim judges with its noise: the others
-    never need their logits. Regenerating a report (``resume`` false) takes every stored
+    same CPU model) to give DeLong its predictions. With ``pairs`` (:func:`noise_pairs`),
+    a job is reused only while every pair of the plan it takes part in has its noise stored
+    (a new claim pairing a new run with a stored one trains the stored one again), and a
+    job in no pair never needs its logits; without, while any noise of its is stored.
+    Regenerating a report (``resume`` false) takes every stored
     result; a pair whose noise was never judged is then reported with its test-set noise
     left out, as the run that stored it did."""
     from suite.reproduce.store import LOGITS_DIGEST, predictions, read_noise, read_result
@@ -282,9 +287,12 @@ def stored_results(
             if result is None:
                 continue
             had_logits = LOGITS_DIGEST in result.details
-            unjudged = (job.key, job.seed) not in judged
-            needed = noisy is None or job.key in noisy
-            if resume and had_logits and needed and unjudged and predictions(result) is None:
+            if pairs is None:
+                unjudged = (job.key, job.seed) not in judged
+            else:
+                mine = [(a, b, job.seed) for a, b in pairs if job.key in (a, b)]
+                unjudged = any(key not in noise for key in mine)
+            if resume and had_logits and unjudged and predictions(result) is None:
                 continue
             found[(job.key, job.seed)] = result
     return found, [j for j in jobs if (j.key, j.seed) not in found]
@@ -322,8 +330,8 @@ def reproduce(
         directories = [Path(from_results), *([Path(also_from)] if also_from else [])]
         return _regenerate(profile, specs, claim_ids, planned, where, jobs, overrides, directories)
     directory = Path(report_dir) if report_dir is not None else None
-    noisy = noise_keys(specs, profile, claim_ids, where)
-    found, todo = stored_results(jobs, directory, noisy=noisy)
+    pairs = noise_pairs(specs, profile, claim_ids, where)
+    found, todo = stored_results(jobs, directory, pairs=pairs)
     records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
     for (key, seed), result in found.items():
         records[key].results[seed] = result
