@@ -236,3 +236,14 @@ def test_the_across_column_on_constructed_verdicts() -> None:
     assert rows[0]["kaggle"].startswith("**holds**: 0.0020 [0.0010, 0.0030]")
     assert across_counts(outcomes) == {"holds in every regime": 1, "changes": 1}
     assert not math.isnan(outcomes[0].reproduction.papers[0].claims[0].difference.mean)
+
+
+def test_a_report_of_some_claims_names_the_ones_it_leaves_out() -> None:
+    from suite.reproduce.regime_report import not_in_report
+    from suite.reproduce.regimes import empirical_claim_ids
+
+    outcomes = [regime_outcome(n, {"qr-above-hash-2": ("holds", 0.002)}) for n in ("a", "b")]
+    every = empirical_claim_ids(None, None)
+    (text, blank) = not_in_report(outcomes)
+    assert blank == "" and f"{len(every) - 1} of the profile's {len(every)}" in text
+    assert "`qr-above-hash-4`" in text and "`qr-above-hash-2`" not in text

@@ -12,7 +12,7 @@ from pathlib import Path
 from suite.environment import environment
 from suite.reproduce.claims import ClaimOutcome, describe
 from suite.reproduce.regime import REFERENCES
-from suite.reproduce.regimes import RegimeOutcome, across, claim_grid
+from suite.reproduce.regimes import RegimeOutcome, across, claim_grid, empirical_claim_ids
 from suite.reproduce.report import (
     apply_holm,
     claim_row,
@@ -144,6 +144,22 @@ def draw_regime_plot(outcomes: list[RegimeOutcome], out_dir: Path) -> list[str]:
     return [written[0].name]
 
 
+def not_in_report(outcomes: list[RegimeOutcome]) -> list[str]:
+    """A paragraph naming the profile's empirical claims this report leaves out (a run of
+    some ``--claim``s, e.g. one resumed claim by claim), or nothing where it has them all."""
+    shown = {c.claim.id for paper in outcomes[0].reproduction.papers for c in paper.claims}
+    left_out = [c for c in empirical_claim_ids(None, None) if c not in shown]
+    if not left_out:
+        return []
+    every = len(left_out) + len(shown)
+    names = ", ".join(f"`{c}`" for c in left_out)
+    return [
+        f"Not in this report: {len(left_out)} of the profile's {every} empirical claims "
+        f"(the run chose its claims with `--claim`): {names}.",
+        "",
+    ]
+
+
 def render_regime_report(
     outcomes: list[RegimeOutcome], plots: list[str], command: str, report_dir: Path | None
 ) -> str:
@@ -182,6 +198,7 @@ def render_regime_report(
         "",
         f"**{total} empirical claims across {len(outcomes)} regimes: {summary}.**",
         "",
+        *not_in_report(outcomes),
         "Each spec's `regime` profile is its `standard` profile (runs, seeds, schedule) with the "
         "learning rates the standard profile tuned on today's criteo-synth "
         "(`suite/reproductions/tuned/*.standard.yaml`), unchanged in every regime: no regime "
