@@ -76,10 +76,18 @@ def test_int8_int4_bytes_from_the_kernels_cuda_tensors() -> None:
         assert figures["row_bytes_physical"] == row
         assert figures["kernel_tensor_bytes"] == figures["suite_parameter_bytes"]
         assert figures["kernel_tensor_bytes"] > figures["unpadded_bytes"]
-        # the padded CUDA rows look up the same values as fbgemm's unpadded CPU rows
-        gpu = quantize_embedding(model.embedding, precision)(ids)
-        cpu = quantize_embedding(on_cpu.embedding, precision)(ids.cpu())
-        torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-5, atol=1e-5)
+        # the padded CUDA rows hold the very bytes of fbgemm's unpadded CPU rows ...
+        on_gpu = quantize_embedding(model.embedding, precision)
+        on_host = quantize_embedding(on_cpu.embedding, precision)
+        gpu_rows = on_gpu.kernel.split_embedding_weights()[0]
+        host_rows = on_host.kernel.split_embedding_weights()[0]
+        for gpu_part, host_part in zip(gpu_rows, host_rows, strict=True):
+            assert torch.equal(gpu_part.cpu(), host_part)
+        # ... and look up the same values up to half-precision rounding: on an H200 with
+        # fbgemm 1.6.0 CUDA's kernel differed by up to 2.0e-4 at |value| <= 0.57
+        gpu, cpu = on_gpu(ids).cpu(), on_host(ids.cpu())
+        half_ulp = torch.finfo(torch.float16).eps * float(cpu.abs().max())
+        torch.testing.assert_close(gpu, cpu, rtol=0.0, atol=half_ulp)
 
 
 def test_accuracy_and_memory_tasks_on_cuda_with_both_backends() -> None:
@@ -113,6 +121,10 @@ def test_managed_caching_replay_of_the_tiered_task() -> None:
     }
     for r in replay:
         assert 0.0 <= r["fbgemm"] <= 1.0 and 0.0 <= r["simulated"] <= 1.0
+        if r["policy"] == "lru":  # the suite's count agrees with fbgemm's own statistics
+            assert r["fbgemm_stats"] == pytest.approx(r["fbgemm"], abs=1e-9)
+        else:
+            assert r["fbgemm_stats"] is None
     lru = {r["share"]: r["fbgemm"] for r in replay if r["policy"] == "lru"}
     assert lru[0.1] >= lru[0.01] - 0.02  # a ten times larger cache does not hit less
 

@@ -263,8 +263,9 @@ def fbgemm_cache_replay(
 
     fbgemm's cache is set-associative (32 ways) and fetches a whole batch's rows before
     the lookup, so its hit rate differs a little from the fully associative simulation.
+    ``fbgemm_stats``: the LRU hit rate from fbgemm's own cache statistics (None for LFU).
     """
-    from suite.engine.cache_replay import replay
+    from suite.engine.cache_replay import replay_hit_rates
 
     if ctx.device.type != "cuda":
         raise ConfigError("task.options.fbgemm_replay: fbgemm's caching tables need device=cuda")
@@ -273,7 +274,7 @@ def fbgemm_cache_replay(
     for share in sorted({p.levels[0].share for p in options.placements if p.levels[0].share}):
         rows = int(round(share * stream.num_rows))
         for policy in ("lru", "lfu"):
-            measured = replay(stream, share, policy, batch, ctx.device)
+            measured = replay_hit_rates(stream, share, policy, batch, ctx.device)
             simulated = (
                 lru_hit_rates(distances, np.array([rows]))[0]
                 if policy == "lru"
@@ -283,7 +284,8 @@ def fbgemm_cache_replay(
                 {
                     "share": share,
                     "policy": policy,
-                    "fbgemm": measured,
+                    "fbgemm": measured["lookup"],
+                    "fbgemm_stats": measured["stats"],
                     "simulated": float(simulated),
                 }
             )
