@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,19 @@ def stored(out: Path) -> dict[str, TaskResult]:
     """``<config hash>/seed-<n>`` -> the stored result."""
     files = sorted((out / RUNS_DIR).glob("*/seed-*.json"))
     return {f"{p.parent.name}/{p.stem}": TaskResult.read(p) for p in files}
+
+
+def drop_logits(results: dict[str, TaskResult]) -> None:
+    """As on another machine or a fresh clone: the kept test logits were never committed."""
+    from suite.results import ARRAYS_DETAIL
+
+    for result in results.values():
+        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
+
+
+def stamps(out: Path, names: Iterable[str]) -> dict[str, int]:
+    """``<config hash>/seed-<n>`` -> its stored file's modification time (ns)."""
+    return {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in names}
 
 
 def figures(result: TaskResult) -> dict[str, float]:
@@ -226,31 +240,28 @@ def test_a_stored_job_whose_logits_are_gone_trains_again_until_its_noise_is_stor
     """Logits are not committed: on a fresh machine a stored job whose pairs' DeLong noise
     was never judged must train again (same figures) so the noise can be computed; once
     the noise is stored, the job is reused without its logits."""
-    from suite.results import ARRAYS_DETAIL
-
     uri = tracking_uri(tmp_path)
     out = tmp_path / "report"
     assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
     before = stored(out)
-    for result in before.values():  # another machine: the kept arrays are not there
-        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
+    drop_logits(before)
     noise_file = out / RUNS_DIR / NOISE_FILE
     judged = noise_file.read_text()
     noise_file.unlink()
-    mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before}
+    mtimes = stamps(out, before)
 
     assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
     after = stored(out)
-    assert all((out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns != t for n, t in mtimes.items())
+    retrained = stamps(out, mtimes)
+    assert all(retrained[n] != t for n, t in mtimes.items())
     for name in before:
         assert after[name].details[LOGITS_DIGEST] == before[name].details[LOGITS_DIGEST]
     assert noise_file.read_text() == judged  # the same noise, computed again
 
-    for result in after.values():
-        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
-    mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in after}
+    drop_logits(after)
+    mtimes = stamps(out, after)
     assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
-    assert {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in after} == mtimes
+    assert stamps(out, after) == mtimes
 
 
 def test_a_stored_job_no_claim_judges_by_its_auc_is_reused_without_its_logits(
@@ -259,24 +270,21 @@ def test_a_stored_job_no_claim_judges_by_its_auc_is_reused_without_its_logits(
     """Only jobs whose test AUC a claim judges need their logits for DeLong: a byte-count
     claim's jobs, resumed where their logits are gone, are reused (a resume of the quick
     profile trained its 80 unpaired Wukong and Check-N-Run jobs again before)."""
-    from suite.results import ARRAYS_DETAIL
-
     uri = tracking_uri(tmp_path)
     out = tmp_path / "report"
     bytes_only = ["--paper", "alpt", "--claim", "alpt-8-parameter-bytes"]
     assert reproduce(out, uri, bytes_only, "--workers", "1") == 0
     before = stored(out)
     assert before and all(LOGITS_DIGEST in r.details for r in before.values())
-    for result in before.values():  # another machine: the kept arrays are not there
-        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
+    drop_logits(before)
     assert (
         not (out / RUNS_DIR / NOISE_FILE).is_file()
         or "pairs" in (out / RUNS_DIR / NOISE_FILE).read_text()
     )
-    mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before}
+    mtimes = stamps(out, before)
 
     assert reproduce(out, uri, bytes_only, "--workers", "1") == 0
-    assert {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before} == mtimes
+    assert stamps(out, before) == mtimes
 
 
 def test_a_new_claim_pairing_a_stored_job_trains_it_again_for_the_new_pairs_noise(
@@ -286,23 +294,19 @@ def test_a_new_claim_pairing_a_stored_job_trains_it_again_for_the_new_pairs_nois
     where hash_2's logits are gone, its stored noise covers only the (qr_2, hash_2) pair,
     so hash_2 trains again (same figures) and the new pair gets its test-set noise."""
     from suite.reproduce.store import read_noise
-    from suite.results import ARRAYS_DETAIL
 
     uri = tracking_uri(tmp_path)
     out = tmp_path / "report"
     assert reproduce(out, uri, AUC_PAIR, "--workers", "1") == 0
     before = stored(out)
-    for result in before.values():  # a fresh clone: logits gone, the pair's noise stored
-        Path(result.details[ARRAYS_DETAIL]["file"]).unlink()
+    drop_logits(before)
     hashed = {n for n, r in before.items() if r.embedding == "hash"}
-    mtimes = {n: (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns for n in before}
+    mtimes = stamps(out, before)
 
     both = ["--paper", "qr", "--paper", "mixed_dim", "--claim", "qr-above-hash-2"]
     assert reproduce(out, uri, [*both, "--claim", "md-above-hash-2"], "--workers", "1") == 0
     after = stored(out)
-    retrained = {
-        n for n in before if (out / RUNS_DIR / f"{n}.json").stat().st_mtime_ns != mtimes[n]
-    }
+    retrained = {n for n, t in stamps(out, before).items() if t != mtimes[n]}
     assert retrained == hashed and len(hashed) == 5
     for name in hashed:
         assert after[name].details[LOGITS_DIGEST] == before[name].details[LOGITS_DIGEST]
