@@ -260,8 +260,8 @@ def noise_pairs(
 def stored_results(
     jobs: list[Job],
     report_dir: Path | None,
+    pairs: set[tuple[str, str]],
     resume: bool = True,
-    pairs: set[tuple[str, str]] | None = None,
 ) -> tuple[dict[tuple[str, int], TaskResult], list[Job]]:
     """The jobs' stored results (by config hash and seed), and the jobs still to run.
 
@@ -269,11 +269,10 @@ def stored_results(
     they are still here or the test-set noise it takes part in is stored: the logits are
     not committed (a 1M-row test set is 4 MB a job), so a job resumed on another machine
     before its pairs' noise was judged trains again (bit for bit the same figures on the
-    same CPU model) to give DeLong its predictions. With ``pairs`` (:func:`noise_pairs`),
-    a job is reused only while every pair of the plan it takes part in has its noise stored
-    (a new claim pairing a new run with a stored one trains the stored one again), and a
-    job in no pair never needs its logits; without, while any noise of its is stored.
-    Regenerating a report (``resume`` false) takes every stored
+    same CPU model) to give DeLong its predictions. ``pairs`` (:func:`noise_pairs`): a job
+    is reused only while every pair of the plan it takes part in has its noise stored (a
+    new claim pairing a new run with a stored one trains the stored one again), and a job
+    in no pair never needs its logits. Regenerating a report (``resume`` false) takes every stored
     result; a pair whose noise was never judged is then reported with its test-set noise
     left out, as the run that stored it did."""
     from suite.reproduce.store import LOGITS_DIGEST, predictions, read_noise, read_result
@@ -281,17 +280,13 @@ def stored_results(
     found: dict[tuple[str, int], TaskResult] = {}
     if report_dir is not None:
         noise = read_noise(report_dir)
-        judged = {(k[0], k[2]) for k in noise} | {(k[1], k[2]) for k in noise if k[1]}
         for job in jobs:
             result = read_result(report_dir, job.key, job.config)
             if result is None:
                 continue
             had_logits = LOGITS_DIGEST in result.details
-            if pairs is None:
-                unjudged = (job.key, job.seed) not in judged
-            else:
-                mine = [(a, b, job.seed) for a, b in pairs if job.key in (a, b)]
-                unjudged = any(key not in noise for key in mine)
+            mine = [(a, b, job.seed) for a, b in pairs if job.key in (a, b)]
+            unjudged = any(key not in noise for key in mine)
             if resume and had_logits and unjudged and predictions(result) is None:
                 continue
             found[(job.key, job.seed)] = result
@@ -331,7 +326,7 @@ def reproduce(
         return _regenerate(profile, specs, claim_ids, planned, where, jobs, overrides, directories)
     directory = Path(report_dir) if report_dir is not None else None
     pairs = noise_pairs(specs, profile, claim_ids, where)
-    found, todo = stored_results(jobs, directory, pairs=pairs)
+    found, todo = stored_results(jobs, directory, pairs)
     records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
     for (key, seed), result in found.items():
         records[key].results[seed] = result
@@ -415,7 +410,7 @@ def _regenerate(
 
     directory, found, missing, noise = directories[0], {}, jobs, {}
     for source in directories:
-        more, missing = stored_results(missing, source, resume=False)
+        more, missing = stored_results(missing, source, set(), resume=False)
         found.update(more)
         noise = {**store.read_noise(source), **noise}
     if missing:
