@@ -21,13 +21,16 @@ from suite.reproduce.regimes import (
     RegimeOutcome,
     across,
     load_regimes,
+    plan_text,
     regime_jobs,
+    regime_noise_pairs,
     reproduce_regimes,
 )
 from suite.reproduce.runner import reproduce
 from suite.reproduce.spec import list_specs, load_spec
-from suite.reproduce.store import RUNS_DIR
+from suite.reproduce.store import RUNS_DIR, read_noise, read_result, write_noise
 from suite.reproduce.tuning import TUNED_ENV
+from suite.results import ARRAYS_DETAIL
 from suite.stats import Interval
 from tests.conftest import TINY_DATA, tracking_uri
 
@@ -168,6 +171,24 @@ def test_regime_run_adopts_standard_jobs_resumes_and_regenerates(tmp_path: Path,
     again = reproduce_regimes([spec], None, overrides(tmp_path), REGIMES, std, **run)
     assert [r.adopted for r in again] == [0, 0]
     assert {p: p.stat().st_mtime_ns for p in files} == stamps  # nothing redone
+
+    # the printed plan counts what a resume would train: a stored job whose logits are gone
+    # (another machine) trains again where its pair's test-set noise is not stored
+    jobs = regime_jobs([spec], None, overrides(tmp_path), REGIMES)
+    pairs = regime_noise_pairs([spec], None, overrides(tmp_path), REGIMES)
+    assert [len(p) for p in pairs.values()] == [1, 1]
+    plan = plan_text(jobs, out, std, pairs)
+    assert all(", 0 to train," in line for line in plan), plan
+    longtail = {j.key for j in jobs["longtail"]}
+    for job in jobs["longtail"]:
+        Path(read_result(out, job.key, job.config).details[ARRAYS_DETAIL]["file"]).unlink()
+    assert all(", 0 to train," in line for line in plan_text(jobs, out, std, pairs))
+    judged = read_noise(out)
+    write_noise(out, {k: v for k, v in judged.items() if k[0] not in longtail})
+    today, tail = plan_text(jobs, out, std, pairs)
+    assert ", 0 to train," in today
+    assert "4 jobs, 0 stored or adopted, 4 to train (4 of them stored, their logits" in tail
+    write_noise(out, judged)
     regenerated = reproduce_regimes(
         [spec], None, overrides(tmp_path), REGIMES, None, **run, from_results=out
     )

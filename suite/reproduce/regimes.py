@@ -45,7 +45,7 @@ from suite.reproduce.plan import (
     select_specs,
     selected_claims,
 )
-from suite.reproduce.runner import reproduce
+from suite.reproduce.runner import noise_pairs, reproduce, stored_results
 from suite.reproduce.spec import SPEC_DIR
 
 PROFILE = "regime"
@@ -113,6 +113,23 @@ def regime_jobs(
     for name, regime in regimes.items():
         planned, _ = plan_runs(specs, PROFILE, ids, regime_overrides(regime, overrides))
         out[name] = plan_jobs(planned, seeds, PROFILE)
+    return out
+
+
+def regime_noise_pairs(
+    papers: list[str] | None,
+    claim_ids: list[str] | None,
+    overrides: dict[str, Any],
+    regimes: dict[str, Regime],
+) -> dict[str, set[tuple[str, str]]]:
+    """Each regime's ``(left, right)`` config hashes whose test AUCs its claims judge with
+    their test-set noise (:func:`suite.reproduce.runner.noise_pairs`)."""
+    ids = empirical_claim_ids(papers, claim_ids)
+    specs = select_specs(papers, PROFILE, ids)
+    out = {}
+    for name, regime in regimes.items():
+        _, where = plan_runs(specs, PROFILE, ids, regime_overrides(regime, overrides))
+        out[name] = noise_pairs(specs, PROFILE, ids, where)
     return out
 
 
@@ -245,10 +262,17 @@ def train_rows(jobs: list[Job]) -> float:
     return float(jobs[0].config.dataset.options.get("train_rows", math.nan))
 
 
-def plan_text(jobs: dict[str, list[Job]], report_dir: Path, reference_dir: Path) -> list[str]:
+def plan_text(
+    jobs: dict[str, list[Job]],
+    report_dir: Path,
+    reference_dir: Path,
+    pairs: dict[str, set[tuple[str, str]]],
+) -> list[str]:
     """One line per regime: its jobs, those stored (or adoptable), and the estimated
     job-minutes still to train (``reference_dir``'s per-run seconds, from today's regime,
-    scaled by training rows; runs it lacks at the median)."""
+    scaled by training rows; runs it lacks at the median). A stored job counts as to train
+    where the runner would train it again: its logits gone and the test-set noise of one of
+    its ``pairs`` (:func:`regime_noise_pairs`) not stored."""
     from suite.reproduce.store import read_result
 
     first = next(iter(jobs.values()))
@@ -256,12 +280,9 @@ def plan_text(jobs: dict[str, list[Job]], report_dir: Path, reference_dir: Path)
     median = sorted(reference.values())[len(reference) // 2] if reference else math.nan
     lines = []
     for name, regime_jobs_ in jobs.items():
-        todo = [
-            j
-            for j in regime_jobs_
-            if read_result(report_dir, j.key, j.config) is None
-            and read_result(reference_dir, j.key, j.config) is None
-        ]
+        _, missing = stored_results(regime_jobs_, report_dir, pairs.get(name, set()))
+        todo = [j for j in missing if read_result(reference_dir, j.key, j.config) is None]
+        again = sum(read_result(report_dir, j.key, j.config) is not None for j in todo)
         scale = train_rows(regime_jobs_) / train_rows(first)
         minutes, known = job_minutes(todo, reference, scale)
         minutes += (len(todo) - known) * median * scale / 60
@@ -272,7 +293,14 @@ def plan_text(jobs: dict[str, list[Job]], report_dir: Path, reference_dir: Path)
         )
         lines.append(
             f"regime {name}: {len(regime_jobs_)} jobs, {len(regime_jobs_) - len(todo)} stored or "
-            f"adopted, {len(todo)} to train, {cost}"
+            f"adopted, {len(todo)} to train"
+            + (
+                f" ({again} of them stored, their logits gone: again for their pairs' "
+                "test-set noise)"
+                if again
+                else ""
+            )
+            + f", {cost}"
         )
     return lines
 
@@ -294,7 +322,8 @@ def handle_regime(
     out_dir = Path(run["report_dir"])
     if run.get("from_results") is None:
         jobs = regime_jobs(papers, claim_ids, overrides, regimes)
-        for line in plan_text(jobs, out_dir, STANDARD_DIR):
+        pairs = regime_noise_pairs(papers, claim_ids, overrides, regimes)
+        for line in plan_text(jobs, out_dir, STANDARD_DIR, pairs):
             print(line, flush=True)
     outcomes = reproduce_regimes(papers, claim_ids, overrides, regimes, **run)
     plots = draw_regime_plot(outcomes, out_dir)
