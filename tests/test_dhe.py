@@ -66,6 +66,20 @@ def test_encoding_of_a_few_ids_uses_the_feature_offsets() -> None:
     assert torch.allclose(encoded, torch.tensor([[[-1.0, 5 / 9], [1.0, -5 / 9]]]))
 
 
+@pytest.mark.parametrize("distribution", ["uniform", "gaussian"])
+def test_encoding_hashes_each_distinct_key_once_with_the_same_values(distribution: str) -> None:
+    """A batch that repeats keys is encoded row for row as hashing every lookup would."""
+    options = DHEOptions(k=8, hidden=[4], dim=4, distribution=distribution)
+    emb = DHEEmbedding(options, EmbeddingContext([50, 70, 90], CPU, seed=3))
+    sparse = torch.randint(0, 5, (64, 3), generator=torch.Generator().manual_seed(1))
+    every_lookup = dhe_transform(
+        dhe_hashes(sparse + emb.offsets, emb.coefficients, options.buckets),
+        options.buckets,
+        distribution,
+    )
+    assert torch.equal(emb.encode(sparse), every_lookup)
+
+
 def test_hash_coefficients_follow_the_seed() -> None:
     coefficients = dhe_coefficients(1024, 5)
     assert coefficients.shape == (2, 1024)
