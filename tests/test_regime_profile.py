@@ -23,7 +23,7 @@ from suite.reproduce.regimes import (
     load_regimes,
     plan_text,
     regime_jobs,
-    regime_noise_pairs,
+    regime_plans,
     reproduce_regimes,
 )
 from suite.reproduce.runner import reproduce
@@ -174,18 +174,17 @@ def test_regime_run_adopts_standard_jobs_resumes_and_regenerates(tmp_path: Path,
 
     # the printed plan counts what a resume would train: a stored job whose logits are gone
     # (another machine) trains again where its pair's test-set noise is not stored
-    jobs = regime_jobs([spec], None, overrides(tmp_path), REGIMES)
-    pairs = regime_noise_pairs([spec], None, overrides(tmp_path), REGIMES)
-    assert [len(p) for p in pairs.values()] == [1, 1]
-    plan = plan_text(jobs, out, std, pairs)
+    plans = regime_plans([spec], None, overrides(tmp_path), REGIMES)
+    assert [len(p.pairs) for p in plans.values()] == [1, 1]
+    plan = plan_text(plans, out, std)
     assert all(", 0 to train," in line for line in plan), plan
-    longtail = {j.key for j in jobs["longtail"]}
-    for job in jobs["longtail"]:
+    longtail = {j.key for j in plans["longtail"].jobs}
+    for job in plans["longtail"].jobs:
         Path(read_result(out, job.key, job.config).details[ARRAYS_DETAIL]["file"]).unlink()
-    assert all(", 0 to train," in line for line in plan_text(jobs, out, std, pairs))
+    assert all(", 0 to train," in line for line in plan_text(plans, out, std))
     judged = read_noise(out)
     write_noise(out, {k: v for k, v in judged.items() if k[0] not in longtail})
-    today, tail = plan_text(jobs, out, std, pairs)
+    today, tail = plan_text(plans, out, std)
     assert ", 0 to train," in today
     assert "4 jobs, 0 stored or adopted, 4 to train (4 of them stored, their logits" in tail
     write_noise(out, judged)

@@ -21,18 +21,12 @@ from suite.data.access import AccessStream
 from suite.kernel_backend import require_fbgemm
 
 
-def replay(
-    stream: AccessStream, share: float, policy: str, batch: int, device: torch.device, dim: int = 4
-) -> float:
-    """fbgemm's cache hit rate on ``stream`` with a cache of ``share`` of all rows."""
-    return replay_hit_rates(stream, share, policy, batch, device, dim)["lookup"]
-
-
 def replay_hit_rates(
     stream: AccessStream, share: float, policy: str, batch: int, device: torch.device, dim: int = 4
 ) -> dict[str, float | None]:
-    """``{"lookup": hit rate counted from the cache state before each batch, "stats": the
-    same from fbgemm's UVM cache statistics (LRU only, else None)}``."""
+    """fbgemm's cache hit rates on ``stream`` with a cache of ``share`` of all rows:
+    ``{"lookup": counted from the cache state before each batch, "stats": the same from
+    fbgemm's UVM cache statistics (LRU only, else None)}``."""
     require_fbgemm("task.options.fbgemm_replay (fbgemm's caching tables)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -99,6 +99,34 @@ def empirical_claim_ids(papers: list[str] | None, claim_ids: list[str] | None) -
     return list(dict.fromkeys(ids))
 
 
+@dataclass(frozen=True)
+class RegimePlan:
+    """One regime's jobs and the ``(left, right)`` config hashes whose test AUCs its claims
+    judge with their test-set noise (:func:`suite.reproduce.runner.noise_pairs`)."""
+
+    jobs: list[Job]
+    pairs: set[tuple[str, str]]
+
+
+def regime_plans(
+    papers: list[str] | None,
+    claim_ids: list[str] | None,
+    overrides: dict[str, Any],
+    regimes: dict[str, Regime],
+) -> dict[str, RegimePlan]:
+    """Each regime's (run, seed) jobs as the runner plans them (no training), and its pairs."""
+    ids = empirical_claim_ids(papers, claim_ids)
+    specs = select_specs(papers, PROFILE, ids)
+    seeds = profile_seeds(specs, PROFILE)
+    out = {}
+    for name, regime in regimes.items():
+        planned, where = plan_runs(specs, PROFILE, ids, regime_overrides(regime, overrides))
+        out[name] = RegimePlan(
+            plan_jobs(planned, seeds, PROFILE), noise_pairs(specs, PROFILE, ids, where)
+        )
+    return out
+
+
 def regime_jobs(
     papers: list[str] | None,
     claim_ids: list[str] | None,
@@ -106,31 +134,7 @@ def regime_jobs(
     regimes: dict[str, Regime],
 ) -> dict[str, list[Job]]:
     """Every (run, seed) job of each regime, as the runner plans them (no training)."""
-    ids = empirical_claim_ids(papers, claim_ids)
-    specs = select_specs(papers, PROFILE, ids)
-    seeds = profile_seeds(specs, PROFILE)
-    out = {}
-    for name, regime in regimes.items():
-        planned, _ = plan_runs(specs, PROFILE, ids, regime_overrides(regime, overrides))
-        out[name] = plan_jobs(planned, seeds, PROFILE)
-    return out
-
-
-def regime_noise_pairs(
-    papers: list[str] | None,
-    claim_ids: list[str] | None,
-    overrides: dict[str, Any],
-    regimes: dict[str, Regime],
-) -> dict[str, set[tuple[str, str]]]:
-    """Each regime's ``(left, right)`` config hashes whose test AUCs its claims judge with
-    their test-set noise (:func:`suite.reproduce.runner.noise_pairs`)."""
-    ids = empirical_claim_ids(papers, claim_ids)
-    specs = select_specs(papers, PROFILE, ids)
-    out = {}
-    for name, regime in regimes.items():
-        _, where = plan_runs(specs, PROFILE, ids, regime_overrides(regime, overrides))
-        out[name] = noise_pairs(specs, PROFILE, ids, where)
-    return out
+    return {n: p.jobs for n, p in regime_plans(papers, claim_ids, overrides, regimes).items()}
 
 
 def adopt_stored(jobs: list[Job], source: Path, report_dir: Path) -> int:
@@ -262,27 +266,26 @@ def train_rows(jobs: list[Job]) -> float:
     return float(jobs[0].config.dataset.options.get("train_rows", math.nan))
 
 
-def plan_text(
-    jobs: dict[str, list[Job]],
-    report_dir: Path,
-    reference_dir: Path,
-    pairs: dict[str, set[tuple[str, str]]],
-) -> list[str]:
+def plan_text(plans: dict[str, RegimePlan], report_dir: Path, reference_dir: Path) -> list[str]:
     """One line per regime: its jobs, those stored (or adoptable), and the estimated
     job-minutes still to train (``reference_dir``'s per-run seconds, from today's regime,
-    scaled by training rows; runs it lacks at the median). A stored job counts as to train
-    where the runner would train it again: its logits gone and the test-set noise of one of
-    its ``pairs`` (:func:`regime_noise_pairs`) not stored."""
+    scaled by training rows; runs it lacks at the median). A job stored here or in
+    ``reference_dir`` counts as to train where the runner would train it again: its logits
+    gone and the test-set noise of one of its pairs not stored there."""
     from suite.reproduce.store import read_result
 
-    first = next(iter(jobs.values()))
+    first = next(iter(plans.values())).jobs
     reference = role_seconds(first, reference_dir)
     median = sorted(reference.values())[len(reference) // 2] if reference else math.nan
     lines = []
-    for name, regime_jobs_ in jobs.items():
-        _, missing = stored_results(regime_jobs_, report_dir, pairs.get(name, set()))
-        todo = [j for j in missing if read_result(reference_dir, j.key, j.config) is None]
-        again = sum(read_result(report_dir, j.key, j.config) is not None for j in todo)
+    for name, plan in plans.items():
+        regime_jobs_ = plan.jobs
+        _, missing = stored_results(regime_jobs_, report_dir, plan.pairs)
+        _, todo = stored_results(missing, reference_dir, plan.pairs)  # adoptable as is
+        again = sum(
+            any(read_result(d, j.key, j.config) is not None for d in (report_dir, reference_dir))
+            for j in todo
+        )
         scale = train_rows(regime_jobs_) / train_rows(first)
         minutes, known = job_minutes(todo, reference, scale)
         minutes += (len(todo) - known) * median * scale / 60
@@ -321,9 +324,8 @@ def handle_regime(
     regimes = load_regimes()
     out_dir = Path(run["report_dir"])
     if run.get("from_results") is None:
-        jobs = regime_jobs(papers, claim_ids, overrides, regimes)
-        pairs = regime_noise_pairs(papers, claim_ids, overrides, regimes)
-        for line in plan_text(jobs, out_dir, STANDARD_DIR, pairs):
+        plans = regime_plans(papers, claim_ids, overrides, regimes)
+        for line in plan_text(plans, out_dir, STANDARD_DIR):
             print(line, flush=True)
     outcomes = reproduce_regimes(papers, claim_ids, overrides, regimes, **run)
     plots = draw_regime_plot(outcomes, out_dir)
