@@ -28,11 +28,11 @@ from pydantic import Field
 
 from suite.config import Frozen, RunConfig
 from suite.engine import planning
+from suite.engine.sharding_measure import draw_measured, measure_plans, print_measured, summarize
 from suite.kernel_backend import require_fbgemm
 from suite.registry import TASKS
 from suite.results import MetricSpec
 from suite.tasks.base import RunContext, Task, TaskOutput
-from suite.engine.sharding_measure import draw_measured, measure_plans, print_measured, summarize
 
 PLANNERS = ("torchrec", "size-greedy", "lookup-greedy", "random")
 
