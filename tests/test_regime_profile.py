@@ -211,6 +211,14 @@ def test_regime_run_adopts_standard_jobs_resumes_and_regenerates(tmp_path: Path,
         (ca,), (cb,) = a.reproduction.papers[0].claims, b.reproduction.papers[0].claims
         assert (ca.verdict, ca.difference, ca.noise) == (cb.verdict, cb.difference, cb.noise)
 
+    # today's jobs are adopted from the standard's directory: with their logits gone, the
+    # plan counts them to train once no directory stores their pair's noise
+    for job in plans["today"].jobs:
+        Path(read_result(std, job.key, job.config).details[ARRAYS_DETAIL]["file"]).unlink()
+    assert ", 0 to train," in plan_text(plans, out, std)[0]
+    write_noise(std, {})
+    assert "4 jobs, 0 stored or adopted, 4 to train (4 of them" in plan_text(plans, out, std)[0]
+
 
 def outcome(claim_id: str, verdict: str, mean: float) -> ClaimOutcome:
     spec = load_spec("qr")
