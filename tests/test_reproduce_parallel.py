@@ -394,3 +394,17 @@ def test_jobs_run_claim_by_claim_so_a_stop_leaves_whole_pairs() -> None:
         (costs[(j.key, j.seed)] for j in first), reverse=True
     )
     assert [j.label for j in runner.claims_first(jobs, groups, None)][:1] == [jobs[0].label]
+
+
+def test_reproduction_jobs_log_no_validation_curve_and_keep_their_config_hash() -> None:
+    """The curve is MLflow's view of training, which no verdict reads; it is tracking, so
+    turning it off leaves every job's config hash (and its stored results) as they were."""
+    from suite.reproduce.plan import plan_jobs, plan_runs, profile_seeds, select_specs
+
+    specs = select_specs(["dhe"], "quick", None)
+    planned, _ = plan_runs(specs, "quick", None, {})
+    jobs = plan_jobs(planned, profile_seeds(specs, "quick"), "quick")
+    assert jobs and all(job.config.tracking.val_curve == 0 for job in jobs)
+    for job in jobs:
+        with_curve = job.config.with_overrides({"tracking.val_curve": 10})
+        assert with_curve.config_hash() == job.config.config_hash()

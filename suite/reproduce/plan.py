@@ -159,6 +159,9 @@ def plan_jobs(planned: dict[str, PlannedRun], seeds: list[int], profile: str) ->
                     "seed": seed,
                     "tracking.run_name": label,
                     "tracking.keep_arrays": True,  # DeLong's test reads the predictions
+                    # no verdict reads the curve (convergence flags read the validations
+                    # of train.eval_every_steps), and on DHE it costs more than training
+                    "tracking.val_curve": 0,
                 }
             )
             jobs.append(Job(key, seed, config, tags, label))
