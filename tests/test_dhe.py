@@ -80,6 +80,27 @@ def test_encoding_hashes_each_distinct_key_once_with_the_same_values(distributio
     assert torch.equal(emb.encode(sparse), every_lookup)
 
 
+def test_evaluation_decodes_each_distinct_key_once_and_training_every_lookup() -> None:
+    """In eval mode batch norm reads its running statistics, so a key's embedding is the
+    same wherever it occurs: the network runs on the batch's distinct keys only, giving
+    each lookup what decoding every lookup gives (to float rounding). Training still
+    decodes every lookup: batch norm's statistics there are over all ``B * F`` of them."""
+    options = DHEOptions(k=16, hidden=[8, 8], dim=4)
+    emb = DHEEmbedding(options, EmbeddingContext([50, 70, 90], CPU, seed=3))
+    sparse = torch.randint(0, 5, (64, 3), generator=torch.Generator().manual_seed(1))
+    rows: list[int] = []
+    emb.network[0].register_forward_hook(lambda _m, inputs, _o: rows.append(len(inputs[0])))
+    emb.train()
+    emb(sparse)  # one step of batch statistics, so the running ones are not the start's
+    emb.eval()
+    decoded = emb(sparse)
+    every_lookup = emb.network(emb.encode(sparse).reshape(-1, options.k)).view(64, 3, 4)
+    distinct = len(torch.unique(sparse + emb.offsets))
+    assert rows == [64 * 3, distinct, 64 * 3] and distinct < 64 * 3
+    assert decoded.shape == (64, 3, 4)
+    assert torch.allclose(decoded, every_lookup, rtol=0, atol=1e-6)
+
+
 def test_hash_coefficients_follow_the_seed() -> None:
     coefficients = dhe_coefficients(1024, 5)
     assert coefficients.shape == (2, 1024)
