@@ -156,9 +156,10 @@ class DHEEmbedding(EmbeddingMethod):
 
     Memory: ``parameters`` = the network's weights, biases and batch-norm scales;
     ``auxiliary`` = hash coefficients ``[2, k]``, feature offsets ``[F]`` and the batch-norm
-    running statistics. FLOPs per example: ``F`` network forwards (2 per multiply-add of
-    every linear layer; the hashing, batch norm and activations are not counted, as the
-    suite counts no elementwise work).
+    running statistics. FLOPs per example: ``F`` network forwards, a training step's (2 per
+    multiply-add of every linear layer; the hashing, batch norm and activations are not
+    counted, as the suite counts no elementwise work); evaluation decodes each distinct key
+    of a batch once, so it does fewer.
     """
 
     Options = DHEOptions
