@@ -279,14 +279,13 @@ def plan_text(plans: dict[str, RegimePlan], report_dir: Path, reference_dir: Pat
     median = sorted(reference.values())[len(reference) // 2] if reference else math.nan
     lines = []
     for name, plan in plans.items():
-        regime_jobs_ = plan.jobs
-        _, missing = stored_results(regime_jobs_, report_dir, plan.pairs)
+        _, missing = stored_results(plan.jobs, report_dir, plan.pairs)
         _, todo = stored_results(missing, reference_dir, plan.pairs)  # adoptable as is
         again = sum(
             any(read_result(d, j.key, j.config) is not None for d in (report_dir, reference_dir))
             for j in todo
         )
-        scale = train_rows(regime_jobs_) / train_rows(first)
+        scale = train_rows(plan.jobs) / train_rows(first)
         minutes, known = job_minutes(todo, reference, scale)
         minutes += (len(todo) - known) * median * scale / 60
         cost = (
@@ -295,7 +294,7 @@ def plan_text(plans: dict[str, RegimePlan], report_dir: Path, reference_dir: Pat
             else "no stored standard durations to estimate its job-minutes from"
         )
         lines.append(
-            f"regime {name}: {len(regime_jobs_)} jobs, {len(regime_jobs_) - len(todo)} stored or "
+            f"regime {name}: {len(plan.jobs)} jobs, {len(plan.jobs) - len(todo)} stored or "
             f"adopted, {len(todo)} to train"
             + (
                 f" ({again} of them stored, their logits gone: again for their pairs' "
