@@ -73,10 +73,11 @@ def tuned_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "tuned"
 
 
-def tune(spec: Path, tmp_path: Path, storage: str) -> int:
+def tune(spec: Path, tmp_path: Path, storage: str, *extra: str) -> int:
     db = tmp_path / storage / "optuna.db"
     db.parent.mkdir(parents=True, exist_ok=True)
     args = ["reproduce", "--profile", "standard", "--paper", str(spec), "--tune", "--quiet"]
+    args += list(extra)
     return main([*args, "--tracking-uri", tracking_uri(tmp_path), "--storage", f"sqlite:///{db}"])
 
 
@@ -122,7 +123,7 @@ def test_tune_writes_values_runs_train_with_them_and_a_rerun_picks_the_same(
     assert {r: run_config(spec, "quick", r, {}).config_hash() for r in quick} == quick
 
     first = tuned_path("tiny", "standard").read_text()
-    assert tune(spec_path, tmp_path, "b") == 0  # a fresh study in another storage
+    assert tune(spec_path, tmp_path, "b", "--retune") == 0  # fresh studies, another storage
     assert tuned_path("tiny", "standard").read_text() == first  # same values, same AUCs
 
     from mlflow.tracking import MlflowClient
@@ -132,6 +133,52 @@ def test_tune_writes_values_runs_train_with_them_and_a_rerun_picks_the_same(
     assert runs and all(r.info.status == "FINISHED" for r in runs)
     trials = [r for r in runs if r.data.tags.get("suite.study") == "tune.tiny.standard.qr_4"]
     assert len(trials) == 4  # two trials in each of the two studies
+
+
+def trial_runs(tmp_path: Path) -> dict[str, int]:
+    """MLflow trial runs per tuning study in the test's store."""
+    from collections import Counter
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri(tmp_path))
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return dict(Counter(r.data.tags["suite.study"] for r in runs if "suite.study" in r.data.tags))
+
+
+def test_a_second_tune_keeps_the_entries_the_block_still_asks_for_and_tunes_the_rest(
+    tmp_path: Path, tuned_dir: Path
+) -> None:
+    one = copy.deepcopy(TUNING) | {"n_trials": 1, "runs": {"full": {}}, "share": {}}
+    spec_path = write_spec(tmp_path / "specs", spec_data(one))
+    assert tune(spec_path, tmp_path, "a") == 0
+    first = read_tuned("tiny", "standard").runs["full"]
+    assert trial_runs(tmp_path) == {"tune.tiny.standard.full": 1}
+
+    # a method joins the tuned profile: only its study runs, full's entry is kept as it was
+    two = one | {"runs": {"full": {}, "qr_4": OPERATION}}
+    write_spec(tmp_path / "specs", spec_data(two))
+    assert tune(spec_path, tmp_path, "b") == 0
+    tuned = read_tuned("tiny", "standard")
+    assert list(tuned.runs) == ["full", "qr_4"] and tuned.runs["full"] == first
+    assert trial_runs(tmp_path) == {"tune.tiny.standard.full": 1, "tune.tiny.standard.qr_4": 1}
+
+    # full's space changes: full is tuned again, qr_4 kept
+    batch = {"train.batch_size": {"type": "categorical", "choices": [64, 128]}}
+    wider = copy.deepcopy(two) | {"runs": {"full": batch, "qr_4": OPERATION}}
+    write_spec(tmp_path / "specs", spec_data(wider))
+    assert tune(spec_path, tmp_path, "c") == 0
+    assert trial_runs(tmp_path) == {"tune.tiny.standard.full": 2, "tune.tiny.standard.qr_4": 1}
+    assert "train.batch_size" in read_tuned("tiny", "standard").runs["full"].values
+
+    # --retune: both again
+    assert tune(spec_path, tmp_path, "d", "--retune") == 0
+    assert trial_runs(tmp_path) == {"tune.tiny.standard.full": 3, "tune.tiny.standard.qr_4": 2}
+
+
+def test_retune_without_tune_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["reproduce", "--profile", "standard", "--retune"]) != 0
+    assert "--retune: only with --tune" in capsys.readouterr().err
 
 
 def test_an_untuned_profile_is_unchanged_by_a_tuning_block(tmp_path: Path) -> None:

@@ -63,6 +63,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "for each) and write suite/reproductions/tuned/<paper>.<profile>.yaml; --workers 1 "
         "(the default here) reproduces the values",
     )
+    parser.add_argument(
+        "--retune",
+        action="store_true",
+        help="--tune: tune every run again (without it, runs whose tuned values the tuning "
+        "block still asks for keep them, and only the others are tuned)",
+    )
     parser.add_argument("--storage", help="--tune: Optuna storage URL (default: one per study)")
     parser.set_defaults(handler=handle)
 
@@ -87,6 +93,10 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.retune and not args.tune:
+        from suite.errors import ConfigError
+
+        raise ConfigError("--retune: only with --tune (it says which runs --tune tunes again)")
     if args.tune:
         from suite.reproduce.tuning import handle_tune
 

@@ -21,6 +21,10 @@ count, the best validation AUC, the sampler seed, the suite commit and the comma
 reproduces it; from then on every run of the profile trains with its tuned values (or those
 of the run it shares from).
 
+Resumable: a second ``--tune`` keeps the entries of the tuned file that the block still asks
+for as they are (the same params, budget and sampler seed) and tunes only the other runs, so
+adding a method to a tuned profile tunes that method alone; ``--retune`` tunes every run again.
+
 Determinism: with ``--workers 1`` the trials run one after another and the seeded TPE
 sampler picks the same values on a rerun on the same machine (CPU training is bit for bit
 deterministic). Several workers sample concurrently, so which trial sees which history
@@ -305,6 +309,8 @@ class TuneRequest:
     workers: int = 1
     storage: str | None = None
     progress: bool = True
+    retune: bool = False
+    """Tune every run again, also those whose tuned values the block still asks for."""
 
 
 def _best(study: StudySpec, outcome: StudyOutcome) -> tuple[dict[str, Any], float, int]:
@@ -340,8 +346,15 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
     tuning = spec.profiles[request.profile].tuning
     assert tuning is not None
     command = tune_command(name, request.profile, request.sets or [], request.workers)
-    entries = {}
+    entries = {} if request.retune else kept_entries(spec, request.profile)
+    if entries and request.progress:
+        print(
+            f"{spec.paper}: kept the tuned values of {', '.join(entries)} "
+            f"({tuned_path(spec.paper, request.profile)}); --retune tunes them again"
+        )
     for run_id in tuning.runs:
+        if run_id in entries:
+            continue
         study = study_spec(spec, request.profile, run_id, request.overrides or {})
         out = RESULTS_ROOT / f"{spec.paper}.{request.profile}" / run_id.replace("/", ".")
         outcome = run_study(
@@ -358,7 +371,32 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
             commit=git_commit(),
             command=command,
         )
-    return write_tuned(TunedFile(paper=spec.paper, profile=request.profile, runs=entries))
+    ordered = {run_id: entries[run_id] for run_id in tuning.runs}
+    return write_tuned(TunedFile(paper=spec.paper, profile=request.profile, runs=ordered))
+
+
+def kept_entries(spec: ReproductionSpec, profile: str) -> dict[str, TunedRun]:
+    """The entries of the paper's tuned file that the tuning block still asks for as they
+    are: a tuned run whose study searched the same params (values inside the space) with the
+    same budget and sampler seed. ``--tune`` tunes only the other runs (a run added to the
+    block, or one whose space, budget or seed changed)."""
+    tuning = spec.profiles[profile].tuning
+    if tuning is None or not tuned_path(spec.paper, profile).is_file():
+        return {}
+    kept = {}
+    for run_id, entry in read_tuned(spec.paper, profile).runs.items():
+        if run_id not in tuning.runs:
+            continue
+        space = tuning.run_space(run_id)
+        if (
+            set(entry.values) == set(space)
+            and all(_inside(space[k], v) for k, v in entry.values.items())
+            and entry.trials == tuning.n_trials
+            and entry.sampler_seed == tuning.seed
+            and entry.study == study_name(spec.paper, profile, run_id)
+        ):
+            kept[run_id] = entry
+    return kept
 
 
 def tune(request: TuneRequest) -> list[Path]:
@@ -382,7 +420,7 @@ def tune(request: TuneRequest) -> list[Path]:
 
 
 def handle_tune(args: argparse.Namespace) -> int:
-    """``suite reproduce --profile P --tune [--paper X] [--workers N] [--storage URL]``."""
+    """``suite reproduce --profile P --tune [--retune] [--paper X] [--workers N] [--storage URL]``."""
     from suite.config import parse_override
 
     overrides: dict[str, Any] = {}
@@ -399,6 +437,7 @@ def handle_tune(args: argparse.Namespace) -> int:
         workers=1 if args.workers is None else args.workers,
         storage=args.storage,
         progress=not args.quiet,
+        retune=getattr(args, "retune", False),
     )
     for path in tune(request):
         print(f"tuned values: {path}")
