@@ -91,12 +91,14 @@ def overrides(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_shipped_regimes_and_regime_profiles_load() -> None:
+    from suite.reproduce.regimes import empirical_claim_ids
+
     regimes = load_regimes()
     assert list(regimes)[0] == "today" and regimes["today"].override == {}
     assert regimes["kaggle"].override["dataset"]["options"]["regime"] == "kaggle"
     assert regimes["longtail"].override["dataset"]["options"]["zipf"] < 1.1
     assert "regimes" not in list_specs()
-    for name in ("qr", "mixed_dim", "fiited", "lowprec"):
+    for name in ("qr", "mixed_dim", "fiited", "lowprec", "alpt", "robe"):
         spec = load_spec(name)
         standard, regime = spec.profiles["standard"], spec.profiles[PROFILE]
         assert (regime.base, regime.seeds, regime.runs) == (
@@ -105,6 +107,9 @@ def test_shipped_regimes_and_regime_profiles_load() -> None:
             standard.runs,
         )
         assert regime.tuning is None and regime.like == "standard"
+        assert regime.families == standard.families
+    fiited = empirical_claim_ids(["fiited"], None)
+    assert "fiited-beats-adaembed-auc" in fiited  # AdaEmbed, FIITED's comparator, with it
 
 
 def test_a_like_profile_trains_with_the_standard_tuned_values(
