@@ -428,6 +428,9 @@ def test_test_set_noise_comes_from_the_runs_predictions_over_all_seeds() -> None
     assert auc_runs(claim("greater", "a.test_logloss", "b.test_logloss")) is None
     assert auc_runs(claim("at_least", "a.test_auc", 0.7)) == ("a", "")
     assert auc_runs(claim("less", {"diff": ["a.test_auc", "b.test_auc"]}, "c.test_auc")) is None
+    # a paired AUC difference against a number ("loses at most 0.001") is the pair's noise
+    assert auc_runs(claim("at_most", {"diff": ["a.test_auc", "b.test_auc"]}, 0.001)) == ("a", "b")
+    assert auc_runs(claim("at_most", {"diff": ["a.test_auc", "b.test_logloss"]}, 0.1)) is None
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 400).astype(np.uint8)

@@ -244,8 +244,17 @@ def _interval(values: np.ndarray, method: str) -> Interval:
 
 def auc_runs(claim: Claim) -> tuple[str, str] | None:
     """The runs whose test AUCs a claim rests on: ``(a, b)`` for ``a.test_auc`` against
-    ``b.test_auc``, ``(a, "")`` for ``a.test_auc`` against a number; None otherwise."""
-    if not isinstance(claim.left, str) or claim.kind in SCALING:
+    ``b.test_auc`` or for ``{diff: [a.test_auc, b.test_auc]}`` against a number (the same
+    paired difference, shifted), ``(a, "")`` for ``a.test_auc`` against a number; None
+    otherwise."""
+    if claim.kind in SCALING:
+        return None
+    if isinstance(claim.left, dict) and list(claim.left) == ["diff"] and not claim.comparative:
+        refs = [ref.split(".", 1) for ref in claim.left["diff"]]
+        if all(metric == AUC_METRIC for _, metric in refs):
+            return (refs[0][0], refs[1][0])
+        return None
+    if not isinstance(claim.left, str):
         return None
     left, left_metric = claim.left.split(".", 1)
     if left_metric != AUC_METRIC:
