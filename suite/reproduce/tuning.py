@@ -210,6 +210,22 @@ def _inside(dist: Distribution, value: Any) -> bool:
     return isinstance(value, int | float) and dist.low <= value <= dist.high
 
 
+def space_mismatch(
+    entry: TunedRun | None, space: dict[str, Distribution], run_id: str
+) -> str | None:
+    """Why a tuned entry no longer fits the space its run searches (other params, or a
+    value outside it); ``None`` when it fits. One check for reading and for resuming."""
+    if entry is None or set(entry.values) != set(space):
+        return (
+            f"run {run_id!r} was tuned over {sorted(entry.values) if entry else 'nothing'}, "
+            f"the spec searches {sorted(space)}"
+        )
+    for key, value in entry.values.items():
+        if not _inside(space[key], value):
+            return f"runs.{run_id}.values.{key}: {value!r} is outside the spec's space"
+    return None
+
+
 def tuned_overrides(spec: ReproductionSpec, profile: str, run_id: str) -> dict[str, Any]:
     """The tuned values ``run_id`` trains with, as nested config dicts (``{}`` when the
     profile or the run is not tuned). A tuned file whose keys or values no longer fit the
@@ -218,22 +234,14 @@ def tuned_overrides(spec: ReproductionSpec, profile: str, run_id: str) -> dict[s
     source = tuning.source(run_id) if tuning is not None else None
     if tuning is None or source is None:
         return {}
-    tuned = read_tuned(spec.paper, profile)
-    path = tuned_path(spec.paper, profile)
-    entry = tuned.runs.get(source)
-    space = tuning.run_space(source)
-    if entry is None or set(entry.values) != set(space):
+    entry = read_tuned(spec.paper, profile).runs.get(source)
+    mismatch = space_mismatch(entry, tuning.run_space(source), source)
+    if mismatch is not None:
         raise ConfigError(
-            f"tuned file {path}: run {source!r} was tuned over "
-            f"{sorted(entry.values) if entry else 'nothing'}, the spec searches {sorted(space)}; "
+            f"tuned file {tuned_path(spec.paper, profile)}: {mismatch}; "
             f"tune again: {tune_command(spec.paper, profile, [], 1)}"
         )
-    for key, value in entry.values.items():
-        if not _inside(space[key], value):
-            raise ConfigError(
-                f"tuned file {path}: runs.{source}.values.{key}: {value!r} is outside the spec's "
-                f"space; tune again: {tune_command(spec.paper, profile, [], 1)}"
-            )
+    assert entry is not None
     nested: dict[str, Any] = {}
     for key, value in entry.values.items():
         set_dotted(nested, key, value)
@@ -387,10 +395,8 @@ def kept_entries(spec: ReproductionSpec, profile: str) -> dict[str, TunedRun]:
     for run_id, entry in read_tuned(spec.paper, profile).runs.items():
         if run_id not in tuning.runs:
             continue
-        space = tuning.run_space(run_id)
         if (
-            set(entry.values) == set(space)
-            and all(_inside(space[k], v) for k, v in entry.values.items())
+            space_mismatch(entry, tuning.run_space(run_id), run_id) is None
             and entry.trials == tuning.n_trials
             and entry.sampler_seed == tuning.seed
             and entry.study == study_name(spec.paper, profile, run_id)
@@ -437,7 +443,7 @@ def handle_tune(args: argparse.Namespace) -> int:
         workers=1 if args.workers is None else args.workers,
         storage=args.storage,
         progress=not args.quiet,
-        retune=getattr(args, "retune", False),
+        retune=args.retune,
     )
     for path in tune(request):
         print(f"tuned values: {path}")
