@@ -176,6 +176,30 @@ def test_a_second_tune_keeps_the_entries_the_block_still_asks_for_and_tunes_the_
     assert trial_runs(tmp_path) == {"tune.tiny.standard.full": 3, "tune.tiny.standard.qr_4": 2}
 
 
+def test_a_tune_that_stops_partway_keeps_the_studies_it_finished(
+    tmp_path: Path, tuned_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import suite.studies.coordinator as coordinator
+
+    real_run_study = coordinator.run_study
+
+    def stopped_at_qr_4(study: Any, *args: Any, **kwargs: Any) -> Any:
+        if study.name.endswith(".qr_4"):
+            raise KeyboardInterrupt  # the machine went away during qr_4's study
+        return real_run_study(study, *args, **kwargs)
+
+    data = copy.deepcopy(TUNING) | {"n_trials": 1, "share": {}}
+    spec_path = write_spec(tmp_path / "specs", spec_data(data))
+    monkeypatch.setattr(coordinator, "run_study", stopped_at_qr_4)
+    assert tune(spec_path, tmp_path, "a") != 0  # the CLI reports the interruption
+    assert list(read_tuned("tiny", "standard").runs) == ["full"]
+
+    monkeypatch.setattr(coordinator, "run_study", real_run_study)
+    assert tune(spec_path, tmp_path, "b") == 0
+    assert list(read_tuned("tiny", "standard").runs) == ["full", "qr_4"]
+    assert trial_runs(tmp_path) == {"tune.tiny.standard.full": 1, "tune.tiny.standard.qr_4": 1}
+
+
 def test_retune_without_tune_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["reproduce", "--profile", "standard", "--retune"]) != 0
     assert "--retune: only with --tune" in capsys.readouterr().err

@@ -24,6 +24,8 @@ of the run it shares from).
 Resumable: a second ``--tune`` keeps the entries of the tuned file that the block still asks
 for as they are (the same params, budget and sampler seed) and tunes only the other runs, so
 adding a method to a tuned profile tunes that method alone; ``--retune`` tunes every run again.
+The file is written after every study, so an interrupted ``--tune`` keeps the studies it
+finished.
 
 Determinism: with ``--workers 1`` the trials run one after another and the seeded TPE
 sampler picks the same values on a rerun on the same machine (CPU training is bit for bit
@@ -379,8 +381,17 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
             commit=git_commit(),
             command=command,
         )
-    ordered = {run_id: entries[run_id] for run_id in tuning.runs}
-    return write_tuned(TunedFile(paper=spec.paper, profile=request.profile, runs=ordered))
+        _write_entries(spec.paper, request.profile, tuning.runs, entries)
+    return _write_entries(spec.paper, request.profile, tuning.runs, entries)
+
+
+def _write_entries(
+    paper: str, profile: str, order: dict[str, Any], entries: dict[str, TunedRun]
+) -> Path:
+    """The tuned file with the entries finished so far, in the block's order: written after
+    every study, so an interrupted ``--tune`` keeps its finished studies."""
+    ordered = {run_id: entries[run_id] for run_id in order if run_id in entries}
+    return write_tuned(TunedFile(paper=paper, profile=profile, runs=ordered))
 
 
 def kept_entries(spec: ReproductionSpec, profile: str) -> dict[str, TunedRun]:
