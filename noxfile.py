@@ -209,7 +209,8 @@ def wheelhouse(session: nox.Session) -> None:
 def gpu(session: nox.Session) -> None:
     """The GPU check in one command (``python -m suite.gpu_check``, for a machine without
     nox): on a CUDA machine the ``gpu`` tests, the tasks with fbgemm's TBE and the torch
-    backend, n-bit bytes, the MANAGED_CACHING replay and TBE bandwidth; writes
+    backend, n-bit bytes, the MANAGED_CACHING replay, TBE bandwidth and every embedding
+    method against its CPU build; writes
     results/bench/gpu-<device>.json and prints a table. Without CUDA (or ``-- --dry-run``)
     the CUDA steps are skipped with the reason and their CPU analogs run."""
     install_suite(session)

@@ -13,6 +13,7 @@ from suite.gpu_check import DRY_RUN, NO_CUDA, STEPS, Step, slug, table
 from suite.gpu_check.__main__ import main
 from suite.gpu_check.bandwidth import TBEShape, tbe_bytes
 from suite.gpu_check.steps import Outcome, expected_quantized_bytes
+from suite.registry import EMBEDDINGS
 
 
 def test_dry_run_skips_cuda_steps_with_a_reason_and_runs_the_cpu_analogs(
@@ -54,6 +55,14 @@ def test_dry_run_skips_cuda_steps_with_a_reason_and_runs_the_cpu_analogs(
     for shape in bandwidth["shapes"]:
         assert shape["forward_bytes_per_s"] > 0 and shape["backward_bytes_per_s"] > 0
         assert 0 < shape["unique_rows"] <= shape["tables"] * shape["batch"] * shape["pooling"]
+    methods = cpu["methods"]["figures"]  # every registered method trained, compared, restored
+    assert set(methods) == set(EMBEDDINGS.names())
+    for name, figures in methods.items():
+        assert figures["lookup_max_abs_gap"] == figures["step_max_abs_gap"] == 0.0, name
+        assert 0.0 < figures["test_auc"] < 1.0 and figures["train_step_cost_vs_full"] > 0
+    assert methods["full"]["train_step_cost_vs_full"] == 1.0
+    assert methods["alpt"]["compared_with_nearest_rounding"]
+    assert not methods["full"]["compared_with_nearest_rounding"]
 
     # the table prints every row, the reason of the skipped ones
     assert printed.count(NO_CUDA) + printed.count(DRY_RUN) == len(STEPS)
@@ -98,3 +107,10 @@ def test_a_failing_step_is_recorded_with_its_reason_and_the_others_still_run(
     assert cpu["wrong"]["figures"] == {"bytes": 1}
     assert (cpu["fine"]["status"], cpu["fine"]["figures"]) == ("ok", {"x": 1.0})
     assert report["counts"] == {"ok": 1, "failed": 2, "skipped": 3}
+
+
+def test_a_partial_check_writes_its_own_record_beside_the_full_one(tmp_path: Path) -> None:
+    assert main(["--dry-run", "--only", "methods", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "gpu-dry-run-methods.json").read_text())
+    assert [r["step"] for r in report["steps"]] == ["methods", "methods"]
+    assert not (tmp_path / "gpu-dry-run.json").exists()

@@ -4,9 +4,13 @@
 On a CUDA machine it runs, in order: the tests marked ``gpu``; the accuracy, memory and
 throughput tasks on criteo-synth with fbgemm's TBE and with the torch backend; int8/int4
 table bytes read from the kernel's own CUDA tensors; the ``tiered`` task's replay through
-fbgemm's ``MANAGED_CACHING`` tables; and TBE forward/backward bytes per second against the
-device's measured copy bandwidth. It writes ``<out>/gpu-<device-slug>.json`` (``nvidia-smi``
-figures, versions, each step's status, reason and figures) and prints a table.
+fbgemm's ``MANAGED_CACHING`` tables; TBE forward/backward bytes per second against the
+device's measured copy bandwidth; and every registered embedding method against its CPU
+build (same init and bytes, one step and its lookups up to rounding, a checkpoint restored
+bit for bit) with its train step cost against ``full``'s. It writes
+``<out>/gpu-<device-slug>.json`` (``nvidia-smi`` figures, versions, each step's status,
+reason and figures; with ``--only STEP ...``, ``gpu-<device-slug>-<step>....json``, so a
+partial check leaves the full record alone) and prints a table.
 
 Without CUDA, or with ``--dry-run``, every CUDA step is recorded ``skipped`` with its
 reason and the steps that have a CPU analog run it at a tiny size (the tasks with both
@@ -36,6 +40,7 @@ from suite.environment import environment, fbgemm_version
 from suite.fileio import write_text_atomic
 from suite.gpu_check import steps
 from suite.gpu_check.bandwidth import BYTES_COUNTED
+from suite.gpu_check.methods import methods_step
 from suite.kernel_backend import fbgemm_available
 
 FORMAT = 1
@@ -62,6 +67,7 @@ STEPS = [
     Step("nbit-bytes", "int8/int4 bytes from kernel tensors", steps.lowprec_bytes_step),
     Step("caching-replay", "tiered task, MANAGED_CACHING replay", steps.tiered_step),
     Step("tbe-bandwidth", "TBE bytes/s vs copy bandwidth", steps.bandwidth_step),
+    Step("methods", "every embedding method: cpu agreement, restore, cost", methods_step),
 ]
 
 
@@ -161,7 +167,8 @@ def run_check(
         "counts": counts,
         "steps": records,
     }
-    name = f"gpu-{slug(device_name)}.json" if cuda else "gpu-dry-run.json"
+    part = "".join(f"-{name}" for name in only or [])  # a partial check keeps the full record
+    name = f"gpu-{slug(device_name)}{part}.json" if cuda else f"gpu-dry-run{part}.json"
     path = write_text_atomic(Path(out) / name, json.dumps(report, indent=2, sort_keys=True) + "\n")
     return report, path
 
