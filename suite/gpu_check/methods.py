@@ -121,10 +121,12 @@ def agreement(name: str, device: torch.device) -> tuple[dict[str, Any], list[str
         on_device = _config(name, device, results, **sgd)
         on_cpu = _config(name, cpu, results, **sgd)
     data = get_prepared(on_cpu.dataset, progress=False)
-    models = {"device": build_model(on_device, data), "cpu": build_model(on_cpu, data)}
+    configs = {"device": on_device, "cpu": on_cpu}
+    places = {"device": device, "cpu": cpu}
+    models = {where: build_model(config, data) for where, config in configs.items()}
     problems = []
     figures: dict[str, Any] = {"backend": method_backend(name)}
-    if not _same(models):
+    if not _same(models["device"], models["cpu"]):
         problems.append(f"{name}: initial storage differs between {device.type} and cpu")
     memory = {k: m.embedding.memory() for k, m in models.items()}
     figures["embedding_total_bytes"] = memory["device"].total
@@ -137,16 +139,15 @@ def agreement(name: str, device: torch.device) -> tuple[dict[str, Any], list[str
     for where, model in models.items():
         model.eval()
         with torch.no_grad():
-            looked_up[where] = model.embedding(batch.to(_device(model)).sparse).cpu()
+            looked_up[where] = model.embedding(batch.to(places[where]).sparse).cpu()
         model.train()
     figures["lookup_max_abs_gap"] = (looked_up["device"] - looked_up["cpu"]).abs().max().item()
     if not torch.allclose(looked_up["device"], looked_up["cpu"], **STEP_TOLERANCE):
         problems.append(f"{name}: lookups differ by {figures['lookup_max_abs_gap']:.2e}")
     after = {}
     for where, model in models.items():
-        config = on_device if where == "device" else on_cpu
-        dense_opt = make_dense_optimizer(model.dense_parameters(), config.train)
-        loss = train_step(model, batch.to(_device(model)), dense_opt, 1)
+        dense_opt = make_dense_optimizer(model.dense_parameters(), configs[where].train)
+        loss = train_step(model, batch.to(places[where]), dense_opt, 1)
         if not torch.isfinite(loss):
             problems.append(f"{name}: non-finite loss on {where}")
         after[where] = _storage(model.embedding)
@@ -157,12 +158,9 @@ def agreement(name: str, device: torch.device) -> tuple[dict[str, Any], list[str
     return figures, problems
 
 
-def _device(model: Any) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _same(models: dict[str, Any]) -> bool:
-    a, b = (_storage(m.embedding) for m in models.values())
+def _same(one: Any, other: Any) -> bool:
+    """Whether two models' embedding storage is equal bit for bit."""
+    a, b = _storage(one.embedding), _storage(other.embedding)
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
@@ -185,7 +183,7 @@ def checkpoint_round_trip(name: str, device: torch.device) -> list[str]:
         restored = build_model(config, data)
         with Checkpointer(root, identity, resume=True) as c:
             c.restore(restored, None)
-    if _same({"trained": model, "restored": restored}):
+    if _same(model, restored):
         return []
     return [f"{name}: checkpoint restored on {device.type} differs from the trained model"]
 
