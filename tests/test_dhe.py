@@ -4,12 +4,14 @@ checkpoints, and a short training run."""
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
 import pytest
 import torch
 from pydantic import ValidationError
+from torch import nn
 
 from suite.data.loader import BatchLoader
 from suite.data.source import get_prepared
@@ -18,6 +20,7 @@ from suite.embeddings.dhe import (
     DHE_PRIME,
     DHEEmbedding,
     DHEOptions,
+    counted_batch_norm,
     dhe_coefficients,
     dhe_hashes,
     dhe_parameter_count,
@@ -80,25 +83,60 @@ def test_encoding_hashes_each_distinct_key_once_with_the_same_values(distributio
     assert torch.equal(emb.encode(sparse), every_lookup)
 
 
-def test_evaluation_decodes_each_distinct_key_once_and_training_every_lookup() -> None:
-    """In eval mode batch norm reads its running statistics, so a key's embedding is the
-    same wherever it occurs: the network runs on the batch's distinct keys only, giving
-    each lookup what decoding every lookup gives (to float rounding). Training still
-    decodes every lookup: batch norm's statistics there are over all ``B * F`` of them."""
+def _decode_every_lookup(emb: DHEEmbedding, sparse: torch.Tensor) -> torch.Tensor:
+    """The paper's computation: the network on each of the ``B * F`` lookups' encodings."""
+    k = emb.options.k
+    return emb.network(emb.encode(sparse).reshape(-1, k)).view(*sparse.shape, emb.dim)
+
+
+def test_the_network_decodes_each_distinct_key_once_in_training_and_evaluation() -> None:
+    """Training: batch norm's statistics weight each distinct key by its count, so the
+    embeddings, every gradient and the running statistics are those of decoding every
+    lookup (to float rounding). Evaluation: batch norm reads its running statistics, so a
+    key's embedding is the same wherever it occurs."""
     options = DHEOptions(k=16, hidden=[8, 8], dim=4)
     emb = DHEEmbedding(options, EmbeddingContext([50, 70, 90], CPU, seed=3))
+    every = copy.deepcopy(emb)
     sparse = torch.randint(0, 5, (64, 3), generator=torch.Generator().manual_seed(1))
+    distinct = len(torch.unique(sparse + emb.offsets))
     rows: list[int] = []
     emb.network[0].register_forward_hook(lambda _m, inputs, _o: rows.append(len(inputs[0])))
+    weights = torch.randn(64, 3, 4, generator=torch.Generator().manual_seed(2))
     emb.train()
-    emb(sparse)  # one step of batch statistics, so the running ones are not the start's
-    emb.eval()
+    every.train()
     decoded = emb(sparse)
-    every_lookup = emb.network(emb.encode(sparse).reshape(-1, options.k)).view(64, 3, 4)
-    distinct = len(torch.unique(sparse + emb.offsets))
-    assert rows == [64 * 3, distinct, 64 * 3] and distinct < 64 * 3
-    assert decoded.shape == (64, 3, 4)
-    assert torch.allclose(decoded, every_lookup, rtol=0, atol=1e-6)
+    reference = _decode_every_lookup(every, sparse)
+    assert rows == [distinct] and distinct < 64 * 3
+    assert torch.allclose(decoded, reference, rtol=0, atol=1e-5)
+    (decoded * weights).sum().backward()
+    (reference * weights).sum().backward()
+    for (name, mine), (_, theirs) in zip(
+        emb.network.named_parameters(), every.network.named_parameters(), strict=True
+    ):
+        assert mine.grad is not None and theirs.grad is not None
+        assert torch.allclose(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5), name
+    for (name, mine), (_, theirs) in zip(
+        emb.network.named_buffers(), every.network.named_buffers(), strict=True
+    ):
+        assert torch.allclose(mine.float(), theirs.float(), rtol=1e-5, atol=1e-6), name
+    emb.eval()
+    every.eval()
+    assert torch.allclose(emb(sparse), _decode_every_lookup(every, sparse), rtol=0, atol=1e-6)
+    assert rows == [distinct, distinct]
+
+
+def test_counted_batch_norm_by_hand() -> None:
+    """Rows 1 and 3 counted (3, 1): the batch is [1, 1, 1, 3], mean 1.5, variance 0.75,
+    unbiased 1.0; momentum 0.5 moves the running statistics halfway from (0, 1)."""
+    layer = nn.BatchNorm1d(1, momentum=0.5, eps=0.0)
+    out = counted_batch_norm(layer, torch.tensor([[1.0], [3.0]]), torch.tensor([3.0, 1.0]))
+    scale = 1 / math.sqrt(0.75)
+    assert torch.allclose(out, torch.tensor([[-0.5 * scale], [1.5 * scale]]))
+    assert torch.allclose(layer.running_mean, torch.tensor([0.75]))
+    assert torch.allclose(layer.running_var, torch.tensor([1.0]))
+    assert int(layer.num_batches_tracked) == 1
+    with pytest.raises(ValueError, match="more than one lookup"):
+        counted_batch_norm(layer, torch.tensor([[1.0]]), torch.tensor([1.0]))
 
 
 def test_hash_coefficients_follow_the_seed() -> None:
