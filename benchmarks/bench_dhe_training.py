@@ -45,9 +45,7 @@ from suite.stats import mean_ci  # noqa: E402
 class EveryLookupDHE(DHEEmbedding):
     """The paper's computation: the network decodes each of the batch's lookups."""
 
-    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
-        codes = self.encode(sparse).reshape(-1, self.options.k)
-        return self.network(codes).view(*sparse.shape, self.dim)
+    forward = DHEEmbedding.decode_every_lookup
 
 
 def timed_steps(model: RecModel, batches: list, config: RunConfig) -> float:

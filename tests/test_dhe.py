@@ -83,12 +83,6 @@ def test_encoding_hashes_each_distinct_key_once_with_the_same_values(distributio
     assert torch.equal(emb.encode(sparse), every_lookup)
 
 
-def _decode_every_lookup(emb: DHEEmbedding, sparse: torch.Tensor) -> torch.Tensor:
-    """The paper's computation: the network on each of the ``B * F`` lookups' encodings."""
-    k = emb.options.k
-    return emb.network(emb.encode(sparse).reshape(-1, k)).view(*sparse.shape, emb.dim)
-
-
 def test_the_network_decodes_each_distinct_key_once_in_training_and_evaluation() -> None:
     """Training: batch norm's statistics weight each distinct key by its count, so the
     embeddings, every gradient and the running statistics are those of decoding every
@@ -105,7 +99,7 @@ def test_the_network_decodes_each_distinct_key_once_in_training_and_evaluation()
     emb.train()
     every.train()
     decoded = emb(sparse)
-    reference = _decode_every_lookup(every, sparse)
+    reference = every.decode_every_lookup(sparse)
     assert rows == [distinct] and distinct < 64 * 3
     assert torch.allclose(decoded, reference, rtol=0, atol=1e-5)
     (decoded * weights).sum().backward()
@@ -121,7 +115,7 @@ def test_the_network_decodes_each_distinct_key_once_in_training_and_evaluation()
         assert torch.allclose(mine.float(), theirs.float(), rtol=1e-5, atol=1e-6), name
     emb.eval()
     every.eval()
-    assert torch.allclose(emb(sparse), _decode_every_lookup(every, sparse), rtol=0, atol=1e-6)
+    assert torch.allclose(emb(sparse), every.decode_every_lookup(sparse), rtol=0, atol=1e-6)
     assert rows == [distinct, distinct]
 
 
@@ -135,8 +129,11 @@ def test_counted_batch_norm_by_hand() -> None:
     assert torch.allclose(layer.running_mean, torch.tensor([0.75]))
     assert torch.allclose(layer.running_var, torch.tensor([1.0]))
     assert int(layer.num_batches_tracked) == 1
+    one_lookup = DHEEmbedding(
+        DHEOptions(k=4, hidden=[2], dim=2), EmbeddingContext([5], CPU, seed=0)
+    )
     with pytest.raises(ValueError, match="more than one lookup"):
-        counted_batch_norm(layer, torch.tensor([[1.0]]), torch.tensor([1.0]))
+        one_lookup(torch.tensor([[1]]))
 
 
 def test_hash_coefficients_follow_the_seed() -> None:

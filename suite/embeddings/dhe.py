@@ -149,10 +149,10 @@ def counted_batch_norm(
     """Training-mode ``layer`` over a batch of ``N = counts.sum()`` rows given as ``x [U, C]``
     distinct rows, row ``u`` occurring ``counts[u]`` times: the count-weighted mean and
     (biased) variance normalise ``x``, and the running statistics move as ``layer`` would
-    move them over the ``N`` rows (momentum, unbiased variance ``* N / (N - 1)``)."""
+    move them over the ``N`` rows (momentum, unbiased variance ``* N / (N - 1)``). ``N``
+    must be at least 2 (the caller checks, on the host: reading it here would wait on the
+    device once a layer)."""
     n = counts.sum()
-    if int(n) < 2:
-        raise ValueError("batch norm needs more than one lookup per channel in training")
     weights = counts / n
     mean = weights @ x
     centred = x - mean
@@ -250,6 +250,8 @@ class DHEEmbedding(EmbeddingMethod):
         codes, inverse = self.distinct_codes(sparse)
         if not self.training:
             return self.network(codes)[inverse]
+        if sparse.numel() < 2:
+            raise ValueError("batch norm needs more than one lookup per channel in training")
         counts = torch.bincount(inverse.reshape(-1), minlength=len(codes)).to(codes.dtype)
         out = codes
         for layer in self.network:
@@ -258,6 +260,13 @@ class DHEEmbedding(EmbeddingMethod):
             else:
                 out = layer(out)
         return out[inverse]
+
+    def decode_every_lookup(self, sparse: torch.Tensor) -> torch.Tensor:
+        """``sparse [B, F] -> [B, F, dim]`` as the paper computes it: the network on each of
+        the ``B * F`` lookups' encodings (batch norm, in training, over all of them): the
+        reference that :meth:`forward` equals up to float rounding, at more cost."""
+        codes = self.encode(sparse).reshape(-1, self.options.k)
+        return self.network(codes).view(*sparse.shape, self.dim)
 
     # ----------------------------------------------------------------- storage
     def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
