@@ -264,6 +264,37 @@ def test_a_stored_job_whose_logits_are_gone_trains_again_until_its_noise_is_stor
     assert stamps(out, after) == mtimes
 
 
+def test_a_job_trained_again_for_its_logits_says_when_its_figures_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stored job from another CPU model rounds differently when it trains again for its
+    predictions: the new result replaces it (its noise comes from the new logits) with a
+    one-line warning naming the file, both CPUs and the changed test AUC; jobs that come
+    back bit for bit the same stay silent."""
+    uri = tracking_uri(tmp_path)
+    out = tmp_path / "report"
+    assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
+    before = stored(out)
+    drop_logits(before)
+    (out / RUNS_DIR / NOISE_FILE).unlink()
+    name = sorted(before)[0]
+    path = out / RUNS_DIR / f"{name}.json"
+    true_auc = before[name].metrics["test_auc"]
+    elsewhere = before[name].model_copy(deep=True)
+    elsewhere.metrics["test_auc"] = true_auc + 0.0014
+    elsewhere.environment["cpu_model"] = "Another CPU"
+    elsewhere.write(path)
+    capsys.readouterr()
+
+    assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "trained again" in line]
+    assert len(warnings) == 1
+    assert str(path) in warnings[0] and "from Another CPU" in warnings[0]
+    assert f"test_auc: stored {true_auc + 0.0014!r}, now {true_auc!r}" in warnings[0]
+    assert "replaces it" in warnings[0]
+    assert stored(out)[name].metrics["test_auc"] == true_auc
+
+
 def test_a_stored_job_no_claim_judges_by_its_auc_is_reused_without_its_logits(
     tmp_path: Path,
 ) -> None:

@@ -293,6 +293,38 @@ def stored_results(
     return found, [j for j in jobs if (j.key, j.seed) not in found]
 
 
+def retrained_for_predictions(
+    todo: list[Job], directory: Path | None
+) -> dict[tuple[str, int], TaskResult]:
+    """The stored results of the jobs in ``todo`` that train again only to give DeLong
+    their test predictions (see :func:`stored_results`)."""
+    from suite.reproduce.store import read_result
+
+    if directory is None:
+        return {}
+    stored = ((job, read_result(directory, job.key, job.config)) for job in todo)
+    return {(job.key, job.seed): result for job, result in stored if result is not None}
+
+
+def warn_if_changed(stored: TaskResult, now: TaskResult, job: Job, directory: Path) -> None:
+    """One warning line where a job trained again for its predictions no longer matches
+    its stored result (another CPU model: the same config and seed round differently), so
+    a replaced figure is never silent."""
+    from suite.reproduce.store import result_file, warn
+
+    changed = differences(stored, now, job.config)
+    if not changed:
+        return
+    cpu_was = stored.environment.get("cpu_model", "unknown CPU")
+    cpu_now = now.environment.get("cpu_model", "unknown CPU")
+    auc = next((c for c in changed if c.startswith("test_auc:")), changed[0])
+    warn(
+        f"{result_file(directory, job.key, job.seed)}: trained again for its test "
+        f"predictions on {cpu_now}, it differs from the stored result (from {cpu_was}): "
+        f"{auc} ({len(changed)} figures differ); the new result replaces it"
+    )
+
+
 def reproduce(
     profile: str,
     papers: list[str] | None = None,
@@ -338,10 +370,15 @@ def reproduce(
     todo = claims_first(todo, claim_groups(specs, profile, claim_ids, where), costs)
     parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
 
+    superseded = retrained_for_predictions(todo, directory)
+
     def done(job: Job, result: TaskResult) -> None:
         records[job.key].results[job.seed] = result
         if directory is not None:
-            store.write_result(directory, job.key, store.with_digest(result))
+            result = store.with_digest(result)
+            if (job.key, job.seed) in superseded:
+                warn_if_changed(superseded[(job.key, job.seed)], result, job, directory)
+            store.write_result(directory, job.key, result)
 
     desc = f"reproduce ({profile}" + (f", {len(found)} stored" if found else "") + ")"
     try:
