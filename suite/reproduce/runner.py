@@ -262,8 +262,11 @@ def stored_results(
     report_dir: Path | None,
     pairs: set[tuple[str, str]],
     resume: bool = True,
+    superseded: dict[tuple[str, int], TaskResult] | None = None,
 ) -> tuple[dict[tuple[str, int], TaskResult], list[Job]]:
-    """The jobs' stored results (by config hash and seed), and the jobs still to run.
+    """The jobs' stored results (by config hash and seed), and the jobs still to run;
+    ``superseded`` (if given) receives the stored results of the jobs that run again only
+    for their test predictions.
 
     When resuming (``resume``), a stored result that had test logits is reused only while
     they are still here or the test-set noise it takes part in is stored: the logits are
@@ -288,22 +291,11 @@ def stored_results(
             mine = [(a, b, job.seed) for a, b in pairs if job.key in (a, b)]
             unjudged = any(key not in noise for key in mine)
             if resume and had_logits and unjudged and predictions(result) is None:
+                if superseded is not None:
+                    superseded[(job.key, job.seed)] = result
                 continue
             found[(job.key, job.seed)] = result
     return found, [j for j in jobs if (j.key, j.seed) not in found]
-
-
-def retrained_for_predictions(
-    todo: list[Job], directory: Path | None
-) -> dict[tuple[str, int], TaskResult]:
-    """The stored results of the jobs in ``todo`` that train again only to give DeLong
-    their test predictions (see :func:`stored_results`)."""
-    from suite.reproduce.store import read_result
-
-    if directory is None:
-        return {}
-    stored = ((job, read_result(directory, job.key, job.config)) for job in todo)
-    return {(job.key, job.seed): result for job, result in stored if result is not None}
 
 
 def warn_if_changed(stored: TaskResult, now: TaskResult, job: Job, directory: Path) -> None:
@@ -358,7 +350,8 @@ def reproduce(
         return _regenerate(profile, specs, claim_ids, planned, where, jobs, overrides, directories)
     directory = Path(report_dir) if report_dir is not None else None
     pairs = noise_pairs(specs, profile, claim_ids, where)
-    found, todo = stored_results(jobs, directory, pairs)
+    superseded: dict[tuple[str, int], TaskResult] = {}
+    found, todo = stored_results(jobs, directory, pairs, superseded=superseded)
     records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
     for (key, seed), result in found.items():
         records[key].results[seed] = result
@@ -369,8 +362,6 @@ def reproduce(
         costs = job_costs(todo, known_durations(todo, dirs))
     todo = claims_first(todo, claim_groups(specs, profile, claim_ids, where), costs)
     parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
-
-    superseded = retrained_for_predictions(todo, directory)
 
     def done(job: Job, result: TaskResult) -> None:
         records[job.key].results[job.seed] = result
