@@ -345,5 +345,5 @@ def _test_set_noise(
     found = pair_noise(predictions, "A", "B", seeds)
     if not found:
         return 0.0, 0
-    first = found[seeds[0]]
+    first = next(iter(found.values()))
     return first.shared, first.rows

@@ -81,20 +81,28 @@ def noise_of(values: Sequence[float], test_var: float = 0.0, rows: int = 0) -> N
     return Noise(len(x), seed_var, test_var, rows)
 
 
-def shared_test_variance(cov: np.ndarray, seeds: int, paired: bool) -> tuple[np.ndarray, float]:
-    """Per-seed test-set variance ``[n]`` of a figure and the part the seeds share.
+def seed_covariance(cov: np.ndarray, seeds: int, paired: bool) -> np.ndarray:
+    """Test-set covariance ``[n, n]`` of the seeds' figures.
 
     ``cov``: DeLong's AUC covariance of ``[left seed 0..n-1, right seed 0..n-1]`` (``[2n,
     2n]``, ``paired``: the figure is ``AUC(left) - AUC(right)``) or of ``[seed 0..n-1]``
-    (``[n, n]``: one AUC). The shared part is the mean covariance of two different seeds'
-    figures, clipped at 0; with one seed it is that seed's whole variance.
+    (``[n, n]``: one AUC).
     """
     n = seeds
-    if paired:
-        a, b, ab = cov[:n, :n], cov[n:, n:], cov[:n, n:]
-        d = a + b - ab - ab.T
-    else:
-        d = cov[:n, :n]
+    if not paired:
+        return cov[:n, :n].copy()
+    a, b, ab = cov[:n, :n], cov[n:, n:], cov[:n, n:]
+    return a + b - ab - ab.T
+
+
+def shared_test_variance(cov: np.ndarray, seeds: int, paired: bool) -> tuple[np.ndarray, float]:
+    """Per-seed test-set variance ``[n]`` of a figure and the part the seeds share.
+
+    ``cov`` as in :func:`seed_covariance`. The shared part is the mean covariance of two
+    different seeds' figures, clipped at 0; with one seed it is that seed's whole variance.
+    """
+    n = seeds
+    d = seed_covariance(cov, seeds, paired)
     per_seed = np.diag(d).copy()
     if n < 2:
         return per_seed, float(per_seed[0])

@@ -4,7 +4,10 @@ budget by the suite's decisions, and the generated "which method when" summary."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from suite.embeddings.budget import built_bytes, full_bytes
 from suite.reproduce.curve import rank_budget, rank_curve, ties_with_best, which_method_when
@@ -153,3 +156,65 @@ def test_a_point_over_its_budget_is_left_out_of_the_ranking() -> None:
     assert reason is not None and "1,299,000 bytes (1.299 of full)" in reason
     assert "over the budget of 250,000" in reason
     assert over_budget(float("nan"), full, 4) is None  # no figure: nothing to judge
+
+
+def test_the_ranking_keeps_the_test_sets_noise_in_a_report_regenerated_from_stored_runs(
+    tmp_path: Path,
+) -> None:
+    """Every two methods at a budget have their pair's noise stored (the best is known only
+    once every seed is in), so a curve resumed or regenerated without the uncommitted test
+    predictions ranks with the same shared DeLong variance as the reproduction that had them,
+    whichever method is best."""
+    from suite.reproduce.claims import pair_noise
+    from suite.reproduce.curve import _test_variance
+    from suite.reproduce.judge import NoiseBook, keep_noise
+    from suite.reproduce.runner import noise_pairs
+    from suite.reproduce.store import read_noise, write_noise
+    from suite.results import write_arrays
+    from tests.conftest import accuracy_result
+
+    spec = small_spec()
+    planned, where = plan_runs([spec], "quick", None, {})
+    seeds = [0, 1, 2, 3, 4]
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 800).astype(np.float32)
+    common = rng.normal(size=800)
+    kept, records = {}, {}
+    for key, entry in planned.items():
+        run = next(r for (_, r), k in where.items() if k == key)
+        records[key] = RunRecord(entry.roles[0], entry.config, seeds)
+        for seed in seeds:
+            logits = labels * (1.0 + 0.1 * len(run)) + common + rng.normal(size=800)
+            kept[(run, seed)] = (labels, logits)
+            details = write_arrays(
+                tmp_path / run / f"{seed}.json", {"test_labels": labels, "test_logits": logits}
+            )
+            records[key].results[seed] = accuracy_result(
+                seed,
+                auc=0.7,
+                metrics={"test_auc": 0.7, "embedding_total_bytes": 1.0},
+                details={"arrays": details},
+            )
+    pairs = noise_pairs([spec], "quick", None, where)
+    hashed = {r: k for (_, r), k in where.items()}
+    assert (hashed["hash_at_2"], hashed["alpt_at_2"]) in pairs  # hash before alpt, as listed
+    assert {(hashed[r], "") for r in hashed} <= pairs
+
+    book = NoiseBook({}, predictions=True)
+    live = _test_variance(judge(spec, "quick", None, records, where, book))
+    expected = pair_noise(lambda r, s: kept[(r, s)], "hash_at_2", "alpt_at_2", seeds)
+    assert live("alpt_at_2", "hash_at_2") == (expected[0].shared, 800)
+    assert live("hash_at_2", "alpt_at_2") == live("alpt_at_2", "hash_at_2")
+    assert live("full", "")[1] == 800
+
+    keep_noise(spec, "quick", None, records, where, book)  # what a reproduction stores
+    assert {(left, right) for left, right, _ in book.entries} == pairs
+    assert len(book.entries) == len(pairs) * len(seeds)
+    write_noise(tmp_path, book.entries)
+    before = {pair: live(*pair) for pair in [("alpt_at_2", "hash_at_2"), ("hash_at_8", "")]}
+    for path in tmp_path.rglob("*.npz"):
+        path.unlink()  # as on a fresh clone
+    stored = NoiseBook(read_noise(tmp_path), predictions=False)
+    regenerated = _test_variance(judge(spec, "quick", None, records, where, stored))
+    for pair, figures in before.items():
+        assert figures[0] > 0 and regenerated(*pair) == (pytest.approx(figures[0]), 800)

@@ -453,7 +453,92 @@ def test_test_set_noise_comes_from_the_runs_predictions_over_all_seeds() -> None
     assert noise("a", "c", 0) is None  # the two runs were tested on different rows
     single = noise("a", "", 0)
     assert single is not None and math.isnan(single.p_value) and single.variance > 0
-    assert noise_from_predictions(predictions, [0, 7])("a", "b", 0) is None  # seed 7 missing
+    alone = noise_from_predictions(predictions, [0, 7])  # seed 7 has no predictions
+    assert alone("a", "b", 7) is None
+    assert alone("a", "b", 0).variance == found.variance and not alone("a", "b", 0).covariances
+
+
+def test_seeds_judged_in_different_sittings_share_the_variance_of_the_pairs_judged_together() -> (
+    None
+):
+    """Four seeds judged two and two (their predictions never here at once): each pair's
+    covariance is DeLong's from all four at once, and the shared variance is the mean of
+    the two pairs judged together; with all pairs it is the all-at-once figure."""
+    from suite.decisions import shared_test_variance
+    from suite.reproduce.claims import merge_noise, pair_noise, shared_of
+    from suite.stats import auc_covariance
+
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 600).astype(np.uint8)
+    common = {"a": rng.normal(size=600), "b": rng.normal(size=600)}  # what each run learns
+    kept = {
+        (run, seed): (
+            labels,
+            labels * (1.0 if run == "a" else 0.6) + common[run] + rng.normal(size=600),
+        )
+        for run in "ab"
+        for seed in range(4)
+    }
+
+    def predictions(run: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        return kept.get((run, seed))
+
+    scores = np.vstack([kept[(run, seed)][1] for run in "ab" for seed in range(4)])
+    per_seed, everything = shared_test_variance(auc_covariance(labels, scores), 4, paired=True)
+    at_once = pair_noise(predictions, "a", "b", [0, 1, 2, 3])
+    assert at_once[2].shared == pytest.approx(everything) and at_once[2].shared_pairs == 6
+    assert everything > 0
+
+    def sitting(seeds: list[int]) -> dict[int, object]:
+        return pair_noise(lambda r, s: kept[(r, s)] if s in seeds else None, "a", "b", [0, 1, 2, 3])
+
+    first, second = sitting([0, 1]), sitting([2, 3])
+    assert set(first) == {0, 1} and first[0].shared_pairs == 1
+    both = {s: merge_noise(first.get(s), second.get(s)) for s in range(4)}
+    for seed in range(4):
+        assert both[seed].variance == pytest.approx(per_seed[seed])
+        assert both[seed].p_value == pytest.approx(at_once[seed].p_value)
+    shared, pairs = shared_of(both, [0, 1, 2, 3])
+    expected = (at_once[0].covariances[1] + at_once[2].covariances[3]) / 2
+    assert pairs == 2 and shared == pytest.approx(max(0.0, expected))
+    assert both[0].covariances[1] == pytest.approx(at_once[0].covariances[1])
+    # judged again together later, every pair counts
+    again = {s: merge_noise(both[s], at_once[s]) for s in range(4)}
+    assert shared_of(again, [0, 1, 2, 3]) == (pytest.approx(everything), 6)
+    # none judged together: bounded by the mean per-seed variance
+    apart = {s: merge_noise(None, sitting([s])[s]) for s in range(4)}
+    assert shared_of(apart, [0, 1, 2, 3]) == (pytest.approx(float(np.mean(per_seed))), 0)
+
+
+def test_a_noise_file_of_all_seeds_judged_at_once_reads_as_it_was_judged(tmp_path: Path) -> None:
+    """Noise files written before the covariances were kept carry each pair's shared
+    variance in every seed's entry; read back, the lookup gives that figure over all pairs."""
+    import json
+
+    from suite.reproduce.claims import shared_of
+    from suite.reproduce.store import NOISE_FILE, RUNS_DIR, read_noise, write_noise
+
+    entries = [
+        {
+            "left": "x",
+            "right": "y",
+            "seed": s,
+            "variance": 2e-7,
+            "p_value": 0.01,
+            "rows": 1000,
+            "shared": 5e-8,
+        }
+        for s in range(3)
+    ]
+    path = tmp_path / RUNS_DIR / NOISE_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"version": 1, "pairs": entries}))
+    noise = read_noise(tmp_path)
+    found = {seed: entry for (_, _, seed), entry in noise.items()}
+    assert shared_of(found, [0, 1, 2]) == (5e-8, 3)
+    write_noise(tmp_path, noise)
+    assert read_noise(tmp_path) == noise
+    assert json.loads(path.read_text())["pairs"][0]["shared"] == 5e-8
 
 
 # --- claims on timings -----------------------------------------------------------------

@@ -364,67 +364,78 @@ def test_training_wall_time_counts_overlapping_jobs_once_and_resumed_stretches_a
     assert training_wall_s([]) == (0.0, 0)
 
 
-def test_a_stopped_reproduction_keeps_the_noise_of_the_pairs_it_finished(
+def test_a_stopped_reproduction_keeps_the_noise_of_the_seeds_it_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ctrl-C after the first run's five seeds: their test-set noise is stored, so a resume
-    where their logits are gone (a fresh clone) reuses them instead of training again."""
+    """Ctrl-C as the third seed starts: the first two seeds' test-set noise is stored with
+    their covariance, so a resume where their logits are gone (a fresh clone) trains only
+    the other seeds, and the shared variance rests on the seed pairs judged together."""
     from suite.reproduce import runner
+    from suite.reproduce.store import read_noise
 
     real, calls = runner.run_job, []
 
-    def stop_at_the_sixth(job: runner.Job, parent: str | None) -> TaskResult:
-        calls.append(job.label)
-        if len(calls) == 6:
+    def stop_at_the_third_seed(job: runner.Job, parent: str | None) -> TaskResult:
+        calls.append(job)
+        if len({j.seed for j in calls}) == 3:
             raise KeyboardInterrupt
         return real(job, parent)
 
-    monkeypatch.setattr(runner, "run_job", stop_at_the_sixth)
+    monkeypatch.setattr(runner, "run_job", stop_at_the_third_seed)
     uri, out = tracking_uri(tmp_path), tmp_path / "report"
     which = ["--paper", "dlrm", "--paper", "qr", "--claim", "dlrm-learns-synthetic"]
     which += ["--claim", "qr-above-hash-2"]
     assert reproduce(out, uri, which, "--workers", "1") == 130  # as Ctrl-C
-    assert len(stored(out)) == 5 and {c.rsplit(" seed", 1)[0] for c in calls[:5]} == {"dlrm/full"}
-    noise = json.loads((out / RUNS_DIR / NOISE_FILE).read_text())["pairs"]
-    assert sorted(p["seed"] for p in noise) == [0, 1, 2, 3, 4]
-    assert all(p["right"] == "" and p["variance"] > 0 for p in noise)
+    first, second = calls[0].seed, next(j.seed for j in calls if j.seed != calls[0].seed)
+    finished = {(j.key, j.seed) for j in calls[:-1]}
+    assert {seed for _, seed in finished} == {first, second} and len(finished) == 6
+    noise = read_noise(out)
+    assert {seed for *_, seed in noise} == {first, second}
+    assert sorted(bool(right) for right in {r for _, r, _ in noise}) == [False, True]
+    for (_, _, seed), entry in noise.items():
+        other = second if seed == first else first
+        assert entry.variance > 0 and set(entry.covariances) == {other}
 
     for arrays in Path("results/runs").rglob("*.npz"):
         arrays.unlink()  # as on a fresh clone: the logits were never committed
-    monkeypatch.setattr(runner, "run_job", real)
-    calls.clear()
-    trained: list[str] = []
+    trained: list[runner.Job] = []
     monkeypatch.setattr(
-        runner, "run_job", lambda job, parent: trained.append(job.label) or real(job, parent)
+        runner, "run_job", lambda job, parent: trained.append(job) or real(job, parent)
     )
     assert reproduce(out, uri, which, "--workers", "1") == 0
-    assert trained and not any(label.startswith("dlrm/full") for label in trained)
+    assert trained and not {(j.key, j.seed) for j in trained} & finished
+    noise = read_noise(out)
+    later = {j.seed for j in trained}
+    assert len(noise) == 10 and len(later) == 3
+    for (_, _, seed), entry in noise.items():
+        together = {first, second} if seed in {first, second} else later
+        assert set(entry.covariances) == together - {seed}
+    report = (out / "REPORT.md").read_text()
+    assert "rests on 4 of 10 seed pairs" in report  # 1 pair from the first sitting, 3 after
 
 
-def test_jobs_run_claim_by_claim_so_a_stop_leaves_whole_pairs() -> None:
-    """Longest first alone ran every QR config before any hashing one, so a reproduction
-    stopped part way had no finished pair (its noise unstored, its runs trained again on a
-    resume elsewhere); claim by claim, each pair's jobs come together, longest groups first."""
+def test_jobs_run_seed_by_seed_so_a_stop_leaves_whole_seeds() -> None:
+    """Claim by claim, a claim's ten seeds had to train in one sitting for its test-set
+    noise (the covariance between seeds needs all their predictions at once); seed by seed,
+    a stop leaves whole seeds, whose noise is stored, each seed's jobs longest first."""
     from suite.reproduce import runner
     from suite.reproduce.plan import plan_jobs, plan_runs, profile_seeds, select_specs
 
     specs = select_specs(["qr"], "quick", None)
-    planned, where = plan_runs(specs, "quick", None, {})
-    jobs = plan_jobs(planned, profile_seeds(specs, "quick"), "quick")
+    planned, _ = plan_runs(specs, "quick", None, {})
+    seeds = profile_seeds(specs, "quick")
+    jobs = plan_jobs(planned, seeds, "quick")
     is_qr = {key: planned[key].roles[0].startswith("qr/qr") for key in planned}
     costs = {(j.key, j.seed): 10.0 if is_qr[j.key] else 1.0 for j in jobs}  # QR slower
-    groups = runner.claim_groups(specs, "quick", None, where)
-    ordered = runner.claims_first(jobs, groups, costs)
+    ordered = runner.seeds_first(jobs, costs)
 
     assert sorted(map(id, ordered)) == sorted(map(id, jobs))
-    seen = [groups[j.key] for j in ordered]
-    assert seen == sorted(seen, key=seen.index), "a claim's jobs are not contiguous"
-    first = [j for j in ordered if groups[j.key] == seen[0]]
-    assert {is_qr[j.key] for j in first} == {True, False}  # a whole QR/hash pair first
-    assert [costs[(j.key, j.seed)] for j in first] == sorted(
-        (costs[(j.key, j.seed)] for j in first), reverse=True
-    )
-    assert [j.label for j in runner.claims_first(jobs, groups, None)][:1] == [jobs[0].label]
+    assert [j.seed for j in ordered] == sorted((j.seed for j in jobs), key=seeds.index)
+    for seed in seeds:
+        mine = [costs[(j.key, j.seed)] for j in ordered if j.seed == seed]
+        assert mine == sorted(mine, reverse=True)
+    in_plan = [j for j in jobs if j.seed == seeds[0]]
+    assert runner.seeds_first(jobs, None)[: len(in_plan)] == in_plan
 
 
 def test_reproduction_jobs_log_no_validation_curve_and_keep_their_config_hash() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from suite.decisions import (
     decide,
     noise_of,
     plan,
-    shared_test_variance,
+    seed_covariance,
 )
 from suite.reproduce.spec import ALLTOALL_METRICS, MODELLED_ALLTOALL, SCALING, Claim, Operand
 from suite.stats import (
@@ -66,32 +66,81 @@ NOT_TESTABLE = "not testable at this scale"
 @dataclass(frozen=True)
 class PairNoise:
     """Test-set sampling noise of one seed's AUC figure, ``AUC(left) - AUC(right)`` (or
-    ``AUC(left)`` alone where there is no right run), from DeLong's covariance over all the
-    seeds' runs on the one test set: this seed's ``variance``, its DeLong ``p_value`` of
-    equal AUCs (NaN for one AUC), the ``shared`` variance the seeds' figures have in common
-    (the same for every seed; ``suite.decisions.shared_test_variance``) and the test ``rows``."""
+    ``AUC(left)`` alone where there is no right run), from DeLong's covariance on the one
+    test set: this seed's ``variance``, its DeLong ``p_value`` of equal AUCs (NaN for one
+    AUC), the test ``rows``, the ``covariances`` of this seed's figure with the other seeds'
+    figures whose predictions were judged together with it (seed -> covariance), and the
+    ``shared`` variance the seeds' figures have in common with the number of seed pairs it
+    rests on (``shared_pairs``; :func:`shared_of`).
+
+    As stored, ``shared`` is NaN except in entries written before the covariances were kept
+    (all seeds judged at once: their mean off-diagonal covariance, clipped at 0)."""
 
     variance: float
     p_value: float
     rows: int
-    shared: float
+    shared: float = math.nan
+    covariances: dict[int, float] = field(default_factory=dict)
+    shared_pairs: int = 0
 
-    def to_dict(self) -> dict[str, float]:
-        return {
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "variance": self.variance,
             "p_value": self.p_value,
             "rows": self.rows,
-            "shared": self.shared,
         }
+        if not math.isnan(self.shared):
+            out["shared"] = self.shared
+        if self.covariances:
+            out["covariances"] = {str(s): c for s, c in sorted(self.covariances.items())}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PairNoise:
+        shared = data.get("shared")
         return cls(
             float(data["variance"]),
-            float(data["p_value"]),
+            math.nan if data["p_value"] is None else float(data["p_value"]),
             int(data["rows"]),
-            float(data["shared"]),
+            math.nan if shared is None else float(shared),
+            {int(s): float(c) for s, c in (data.get("covariances") or {}).items()},
         )
+
+
+def merge_noise(stored: PairNoise | None, new: PairNoise | None) -> PairNoise | None:
+    """One seed's entry as stored after it was measured again (``new``, as computed): the
+    new figures, the covariances of both (the new ones where both have a seed), and a
+    stored all-seeds ``shared`` (version 1) kept for the pairs not measured again."""
+    if new is None:
+        return stored
+    covariances = {**(stored.covariances if stored else {}), **new.covariances}
+    shared = stored.shared if stored else math.nan
+    return replace(new, shared=shared, covariances=covariances, shared_pairs=0)
+
+
+def shared_of(entries: dict[int, PairNoise], seeds: list[int]) -> tuple[float, int]:
+    """The test-set variance the figures of ``seeds`` share, and the seed pairs it rests on.
+
+    The mean covariance of two different seeds' figures, over the pairs whose predictions
+    were judged together (an old entry's all-seeds ``shared`` stands for its pairs), clipped
+    at 0: the seeds are exchangeable, so a subset of pairs estimates the same mean. With one
+    seed, its whole variance; with no pair judged together, the mean per-seed variance (an
+    upper bound of a mean covariance), with 0 pairs."""
+    values = []
+    for i, a in enumerate(seeds):
+        for b in seeds[i + 1 :]:
+            ea, eb = entries.get(a), entries.get(b)
+            if ea is None or eb is None:
+                continue
+            found = ea.covariances.get(b, eb.covariances.get(a))
+            if found is None and not (math.isnan(ea.shared) or math.isnan(eb.shared)):
+                found = (ea.shared + eb.shared) / 2
+            if found is not None:
+                values.append(found)
+    if values:
+        return max(0.0, float(np.mean(values))), len(values)
+    variances = [entries[s].variance for s in seeds if s in entries]
+    return (float(np.mean(variances)) if variances else math.nan), 0
 
 
 NoiseLookup = Callable[[str, str, int], PairNoise | None]
@@ -100,8 +149,9 @@ NoiseLookup = Callable[[str, str, int], PairNoise | None]
 
 def noise_from_predictions(predictions: Predictions, seeds: list[int]) -> NoiseLookup:
     """A :data:`NoiseLookup` computed from the runs' kept test predictions under ``seeds``
-    (all at once, for the covariance between seeds), cached; None where a prediction is
-    missing or the runs scored different examples."""
+    (those of them with predictions, judged together for the covariance between seeds),
+    cached; None for a seed whose predictions are missing or where the runs scored
+    different examples."""
     cache: dict[tuple[str, str], dict[int, PairNoise] | None] = {}
 
     def lookup(left: str, right: str, seed: int) -> PairNoise | None:
@@ -117,26 +167,29 @@ def pair_noise(
     predictions: Predictions, left: str, right: str, seeds: list[int]
 ) -> dict[int, PairNoise] | None:
     """Each seed's :class:`PairNoise` of ``AUC(left) - AUC(right)`` (``AUC(left)`` where
-    ``right`` is empty), or None where predictions are missing or differ in examples."""
+    ``right`` is empty), for the seeds of ``seeds`` whose predictions of both runs are here,
+    judged together (the covariances between them, ``shared`` from all their pairs); None
+    where no seed has them all or the runs differ in examples."""
     runs = [left, right] if right else [left]
-    found = [predictions(run, seed) for run in runs for seed in seeds]
-    if any(f is None for f in found):
+    found = {seed: [predictions(run, seed) for run in runs] for seed in seeds}
+    present = [seed for seed in seeds if all(f is not None for f in found[seed])]
+    if not present:
         return None
-    labels = found[0][0]  # type: ignore[index]
-    if any(f[0].shape != labels.shape or not np.array_equal(f[0], labels) for f in found):  # type: ignore[index]
+    kept = [found[seed][k] for k in range(len(runs)) for seed in present]
+    labels = kept[0][0]  # type: ignore[index]
+    if any(f[0].shape != labels.shape or not np.array_equal(f[0], labels) for f in kept):  # type: ignore[index]
         return None
-    scores = np.vstack([f[1] for f in found])  # type: ignore[index]
-    cov = auc_covariance(labels, scores)
-    per_seed, shared = shared_test_variance(cov, len(seeds), paired=bool(right))
+    scores = np.vstack([f[1] for f in kept])  # type: ignore[index]
+    d = seed_covariance(auc_covariance(labels, scores), len(present), paired=bool(right))
     aucs = auc_components(labels, scores)[0].mean(axis=1)
-    out = {}
-    for i, seed in enumerate(seeds):
-        p = math.nan
-        if right:
-            d = aucs[i] - aucs[len(seeds) + i]
-            p = _normal_p(d, per_seed[i])
-        out[seed] = PairNoise(float(per_seed[i]), p, len(labels), shared)
-    return out
+    n = len(present)
+    entries = {}
+    for i, seed in enumerate(present):
+        p = _normal_p(aucs[i] - aucs[n + i], d[i, i]) if right else math.nan
+        others = {s: float(d[i, j]) for j, s in enumerate(present) if j != i}
+        entries[seed] = PairNoise(float(d[i, i]), p, len(labels), covariances=others)
+    shared, pairs = shared_of(entries, present)
+    return {s: replace(e, shared=shared, shared_pairs=pairs) for s, e in entries.items()}
 
 
 def _normal_p(difference: float, variance: float) -> float:
@@ -283,6 +336,23 @@ def claim_test_noise(
     return [f for f in found if f is not None], ""
 
 
+def shared_note(pairs: int, seeds: int) -> str:
+    """The report's note where the test set's shared variance rests on fewer than all
+    ``seeds * (seeds - 1) / 2`` seed pairs (:func:`shared_of`); empty where it rests on all."""
+    total = seeds * (seeds - 1) // 2
+    if pairs >= total:
+        return ""
+    if pairs == 0:
+        return (
+            "no two seeds' test predictions were judged together: the test set's shared "
+            "variance is bounded by the mean per-seed variance"
+        )
+    return (
+        f"the test set's shared variance rests on {pairs} of {total} seed pairs (the seeds "
+        "trained in different sittings were not judged together)"
+    )
+
+
 def bound_of(claim: Claim, direction: str) -> float:
     """The bound the claim's figure ``d`` (a paired difference, or a value minus its target)
     is tested against: ``margin``, or ``-margin`` for ``less``."""
@@ -303,6 +373,8 @@ def evaluate(claim: Claim, figures: SeedFigures, noise: NoiseLookup | None = Non
         return _unmeasured(claim, seeds, "a figure is missing or fewer than two seeds", target)
     values = left - (right if right is not None else target)
     pairs, note = claim_test_noise(claim, noise, seeds)
+    if pairs and not note:
+        note = shared_note(pairs[0].shared_pairs, len(seeds))
     found = noise_of(values, pairs[0].shared, pairs[0].rows) if pairs else noise_of(values)
     bound = bound_of(claim, direction)
     test = decide(float(values.mean()), found, direction, bound)  # type: ignore[arg-type]

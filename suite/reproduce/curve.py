@@ -197,22 +197,34 @@ def _join(items: list[str]) -> str:
 
 
 def _test_variance(outcome: Any) -> TestVariance:
-    """The DeLong shared variances of the outcome's runs, from their kept predictions."""
+    """The DeLong shared variances of the outcome's runs: from the noise its claims were
+    judged with (the runs' kept predictions, or the stored noise of a report regenerated
+    from stored results), else from the kept predictions alone."""
     from suite.reproduce.claims import noise_from_predictions
 
-    runs, seeds = outcome.runs, None
-    for rec in runs.values():
-        seeds = sorted(rec.results)
-        break
+    runs = outcome.runs
+    seeds = sorted({s for rec in runs.values() for s in rec.results})
+    lookup = outcome.noise
+    if lookup is None:
 
-    def predictions(run: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
-        return runs[run].test_predictions(seed) if run in runs else None
+        def predictions(run: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+            return runs[run].test_predictions(seed) if run in runs else None
 
-    lookup = noise_from_predictions(predictions, seeds or [])
+        lookup = noise_from_predictions(predictions, seeds)
+    curve = outcome.spec.curve
+    order = {m: i for i, m in enumerate(curve.methods)} if curve else {}
+
+    def method(run: str) -> int:
+        return order.get(run.rsplit("_at_", 1)[0], -1)
 
     def var(left: str, right: str) -> tuple[float, int]:
-        found = lookup(left, right, (seeds or [0])[0])
-        return (found.shared, found.rows) if found is not None else (0.0, 0)
+        if right and method(left) > method(right):  # stored with the earlier method left
+            left, right = right, left
+        for seed in seeds:
+            found = lookup(left, right, seed) if left in runs and right in {"", *runs} else None
+            if found is not None:
+                return found.shared, found.rows
+        return 0.0, 0
 
     return var
 

@@ -11,9 +11,12 @@ from suite.reproduce.claims import (
     NoiseLookup,
     PairNoise,
     SeedFigures,
+    auc_runs,
     evaluate,
     evaluate_scaling,
-    noise_from_predictions,
+    merge_noise,
+    pair_noise,
+    shared_of,
 )
 from suite.reproduce.outcome import PaperOutcome, RunRecord
 from suite.reproduce.plan import needed_runs, selected_claims
@@ -23,13 +26,16 @@ from suite.reproduce.store import NoiseKey
 
 class NoiseBook:
     """The DeLong noise of AUC pairs by config hashes and seed: computed from the runs'
-    kept predictions where they are here (``predictions``), else read from the stored
-    entries; every entry asked for is kept in :attr:`entries` (to be stored)."""
+    kept predictions where they are here (``predictions``), merged over the stored entries
+    (:func:`~suite.reproduce.claims.merge_noise`); every pair asked for keeps its entries
+    in :attr:`entries` (to be stored), and each answer carries the ``shared`` variance of
+    the pair's seeds (:func:`~suite.reproduce.claims.shared_of`)."""
 
     def __init__(self, stored: dict[NoiseKey, PairNoise], predictions: bool) -> None:
         self.stored = stored
         self.predictions = predictions
         self.entries: dict[NoiseKey, PairNoise] = {}
+        self._merged: dict[tuple[str, str, tuple[int, ...]], dict[int, PairNoise]] = {}
 
     def lookup(self, runs: dict[str, RunRecord]) -> NoiseLookup:
         """A :data:`NoiseLookup` over one paper's runs (run id -> record)."""
@@ -38,20 +44,84 @@ class NoiseBook:
             return runs[run_id].test_predictions(seed) if self.predictions else None
 
         seeds = sorted({s for rec in runs.values() for s in rec.seeds})
-        computed = noise_from_predictions(kept, seeds)
 
-        def lookup(left: str, right: str, seed: int) -> PairNoise | None:
-            key = (
+        def entries_of(left: str, right: str) -> dict[int, PairNoise]:
+            hashes = (
                 runs[left].config.config_hash(),
                 runs[right].config.config_hash() if right else "",
-                seed,
             )
-            found = computed(left, right, seed) or self.stored.get(key)
-            if found is not None:
-                self.entries[key] = found
-            return found
+            key = (*hashes, tuple(seeds))
+            if key not in self._merged:
+                computed = pair_noise(kept, left, right, seeds) if self.predictions else None
+                found = {}
+                for seed in seeds:
+                    new = (computed or {}).get(seed)
+                    entry = merge_noise(self.stored.get((*hashes, seed)), new)
+                    if entry is not None:
+                        found[seed] = self.entries[(*hashes, seed)] = entry
+                self._merged[key] = found
+            return self._merged[key]
+
+        def lookup(left: str, right: str, seed: int) -> PairNoise | None:
+            found = entries_of(left, right)
+            if seed not in found:
+                return None
+            shared, pairs = shared_of(found, seeds)
+            return replace(found[seed], shared=shared, shared_pairs=pairs)
 
         return lookup
+
+
+def paper_runs(
+    spec: ReproductionSpec,
+    profile: str,
+    claim_ids: list[str] | None,
+    records: dict[str, RunRecord],
+    where: dict[tuple[str, str], str],
+) -> dict[str, RunRecord]:
+    """The records of the runs the paper's selected claims need, by run id."""
+    return {
+        run_id: records[where[(spec.paper, run_id)]]
+        for run_id in needed_runs(spec, profile, claim_ids)
+        if (spec.paper, run_id) in where  # a curve point a method cannot reach is not planned
+    }
+
+
+def noise_run_pairs(
+    spec: ReproductionSpec, profile: str, claim_ids: list[str] | None
+) -> list[tuple[str, str]]:
+    """The ``(left, right)`` run ids whose test-set noise the paper's report uses (``right``
+    "" for one AUC): each selected claim's AUC runs and, on a curve, the reference's AUC and
+    each method's AUC at each budget with every two methods' difference there (the report
+    ranks against the best, known only once every seed is in), the earlier method of
+    ``curve.methods`` on the left."""
+    pairs = [r for c in selected_claims(spec, profile, claim_ids) if (r := auc_runs(c))]
+    curve = spec.curve
+    if curve is not None and not claim_ids:
+        pairs.append((curve.reference, ""))
+        for budget in spec.profiles[profile].budgets or curve.budgets:
+            ids = [curve.run_id(m, budget) for m in curve.methods]
+            pairs += [(r, "") for r in ids]
+            pairs += [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :]]
+    return list(dict.fromkeys(pairs))
+
+
+def keep_noise(
+    spec: ReproductionSpec,
+    profile: str,
+    claim_ids: list[str] | None,
+    records: dict[str, RunRecord],
+    where: dict[tuple[str, str], str],
+    book: NoiseBook,
+) -> None:
+    """Put the noise of every pair the paper's report uses (:func:`noise_run_pairs`) into
+    ``book.entries``, for each seed whose runs are here, whether or not the claims can be
+    judged yet."""
+    runs = paper_runs(spec, profile, claim_ids, records, where)
+    noise = book.lookup(runs)
+    for left, right in noise_run_pairs(spec, profile, claim_ids):
+        if left in runs and (not right or right in runs):
+            noise(left, right, -1)
 
 
 def judge(
@@ -64,11 +134,7 @@ def judge(
 ) -> PaperOutcome:
     """The paper's claims judged on its runs' per-seed figures (the test-set noise of AUC
     figures from ``book``; from the runs' predictions when it is None)."""
-    runs = {
-        run_id: records[where[(spec.paper, run_id)]]
-        for run_id in needed_runs(spec, profile, claim_ids)
-        if (spec.paper, run_id) in where  # a curve point a method cannot reach is not planned
-    }
+    runs = paper_runs(spec, profile, claim_ids, records, where)
     figures: SeedFigures = {rid: rec.per_seed for rid, rec in runs.items()}
     noise = (book or NoiseBook({}, predictions=True)).lookup(runs)
     families = {f: list(ms) for f, ms in spec.profiles[profile].families.items()}
@@ -81,7 +147,7 @@ def judge(
         else:
             outcome = evaluate(claim, figures, noise)
             claims.append(replace(outcome, timing=is_timing(claim, runs)))
-    return PaperOutcome(spec, profile, runs, claims, fits)
+    return PaperOutcome(spec, profile, runs, claims, fits, noise)
 
 
 def is_timing(claim: Claim, runs: dict[str, RunRecord]) -> bool:

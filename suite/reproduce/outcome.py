@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from suite.config import RunConfig
-from suite.reproduce.claims import COMPUTE_METRIC, ClaimOutcome
+from suite.reproduce.claims import COMPUTE_METRIC, ClaimOutcome, NoiseLookup
 from suite.reproduce.spec import ReproductionSpec
 from suite.results import TaskResult, find_metric
 from suite.stats import Interval, ScalingFit, mean_ci
@@ -80,6 +80,8 @@ class PaperOutcome:
     runs: dict[str, RunRecord]
     claims: list[ClaimOutcome]
     fits: dict[str, ScalingFit] = field(default_factory=dict)
+    noise: NoiseLookup | None = None
+    """The test-set noise the claims were judged with (``suite.reproduce.judge.NoiseBook``)."""
 
     @property
     def families(self) -> dict[str, list[str]]:

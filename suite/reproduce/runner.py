@@ -29,19 +29,16 @@ import numpy as np
 from suite.config import RunConfig
 from suite.errors import ConfigError, SuiteError
 from suite.progress import progress_bar
-from suite.reproduce.claims import auc_runs
-from suite.reproduce.judge import NoiseBook, judge
+from suite.reproduce.judge import NoiseBook, judge, keep_noise, noise_run_pairs
 from suite.reproduce.outcome import Reproduction, RunRecord
 from suite.reproduce.plan import (
     Job,
     PlannedRun,
-    claim_runs,
     plan_jobs,
     plan_runs,
     profile_seeds,
     run_config,
     select_specs,
-    selected_claims,
 )
 from suite.reproduce.spec import ReproductionSpec, load_spec
 from suite.results import TaskResult
@@ -64,42 +61,19 @@ def job_costs(jobs: list[Job], known: dict[str, float]) -> dict[tuple[str, int],
     return {(j.key, j.seed): known.get(j.key, job_examples(j.config) * rate) for j in jobs}
 
 
-def claim_groups(
-    specs: list[ReproductionSpec],
-    profile: str,
-    claim_ids: list[str] | None,
-    where: dict[tuple[str, str], str],
-) -> dict[str, int]:
-    """Config hash -> the first claim (in the specs' order) whose runs include it."""
-    groups: dict[str, int] = {}
-    claims = [(s, c) for s in specs for c in selected_claims(s, profile, claim_ids)]
-    for index, (spec, claim) in enumerate(claims):
-        for run_id in claim_runs(spec, profile, claim):
-            key = where.get((spec.paper, run_id))
-            if key is not None:
-                groups.setdefault(key, index)
-    return groups
-
-
-def claims_first(
-    jobs: list[Job], groups: dict[str, int], costs: dict[tuple[str, int], float] | None
-) -> list[Job]:
-    """``jobs`` claim by claim (``groups``: :func:`claim_groups`), so a reproduction stopped
-    part way leaves whole pairs, whose test-set noise it stores: a resume on another machine
-    (without the uncommitted test predictions) trains none of them again. With ``costs``
-    (parallel workers), the groups with the most estimated time first and each group's
-    jobs longest first, so short jobs keep the end busy; without, in plan order."""
-
-    def group(job: Job) -> int:
-        return groups.get(job.key, -1)
+def seeds_first(jobs: list[Job], costs: dict[tuple[str, int], float] | None) -> list[Job]:
+    """``jobs`` seed by seed, so a reproduction stopped part way (or too long for one
+    sitting) leaves whole seeds, whose test-set noise it stores with the covariances of the
+    seeds it judged together (``suite.reproduce.claims.shared_of``): a resume on another
+    machine (without the uncommitted test predictions) trains none of them again. With
+    ``costs`` (parallel workers), each seed's jobs longest first, so short jobs keep the
+    end of a seed busy; without, in plan order."""
+    order = {seed: i for i, seed in enumerate(dict.fromkeys(j.seed for j in jobs))}
 
     def cost(job: Job) -> float:
         return costs[(job.key, job.seed)] if costs else 0.0
 
-    total: dict[int, float] = {}
-    for job in jobs:
-        total[group(job)] = total.get(group(job), 0.0) + cost(job)
-    return sorted(jobs, key=lambda j: (-total[group(j)], group(j), -cost(j)))
+    return sorted(jobs, key=lambda j: (order[j.seed], -cost(j)))
 
 
 def known_durations(jobs: list[Job], dirs: list[Path]) -> dict[str, float]:
@@ -243,17 +217,14 @@ def noise_pairs(
     claim_ids: list[str] | None,
     where: dict[tuple[str, str], str],
 ) -> set[tuple[str, str]]:
-    """The ``(left, right)`` config hashes (``right`` "" for one AUC against a number) of
-    every test AUC a selected claim judges with its test-set noise
-    (:func:`suite.reproduce.claims.auc_runs`), as the noise file keys them."""
+    """The ``(left, right)`` config hashes (``right`` "" for one AUC) of every pair whose
+    test-set noise a report uses (:func:`suite.reproduce.judge.noise_run_pairs`), as the
+    noise file keys them."""
     pairs: set[tuple[str, str]] = set()
     for spec in specs:
-        for claim in selected_claims(spec, profile, claim_ids):
-            runs = auc_runs(claim)
-            if runs is None or any(r and (spec.paper, r) not in where for r in runs):
-                continue
-            left, right = runs
-            pairs.add((where[(spec.paper, left)], where[(spec.paper, right)] if right else ""))
+        for left, right in noise_run_pairs(spec, profile, claim_ids):
+            if (spec.paper, left) in where and (not right or (spec.paper, right) in where):
+                pairs.add((where[(spec.paper, left)], where[(spec.paper, right)] if right else ""))
     return pairs
 
 
@@ -360,7 +331,7 @@ def reproduce(
     if workers > 1:
         dirs = [d for d in (directory, Path("results") / profile) if d is not None]
         costs = job_costs(todo, known_durations(todo, dirs))
-    todo = claims_first(todo, claim_groups(specs, profile, claim_ids, where), costs)
+    todo = seeds_first(todo, costs)
     parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
 
     def done(job: Job, result: TaskResult) -> None:
@@ -378,6 +349,8 @@ def reproduce(
         bar.close()
         book = NoiseBook(store.read_noise(directory) if directory else {}, predictions=True)
         outcomes = [judge(spec, profile, claim_ids, records, where, book) for spec in specs]
+        for spec in specs:  # a curve's pairs, which no claim asks for
+            keep_noise(spec, profile, claim_ids, records, where, book)
     except BaseException as exc:
         if directory is not None:
             keep_finished_noise(specs, profile, claim_ids, records, where, directory)
@@ -407,18 +380,18 @@ def keep_finished_noise(
     where: dict[tuple[str, str], str],
     directory: Path,
 ) -> None:
-    """Store the DeLong noise of every pair whose runs all finished here with their test
-    predictions, when a reproduction stops early (killed, failed): the predictions are not
-    committed, so without it a resume on another machine (a later session, a fresh clone)
-    would train those runs again. Pairs still missing a seed are left for the resume."""
+    """Store the DeLong noise of every seed whose runs of a pair all finished here with
+    their test predictions (and the covariances of those seeds), when a reproduction stops
+    early (killed, failed, out of time): the predictions are not committed, so without it a
+    resume on another machine (a later session, a fresh clone) would train them again.
+    Seeds still missing a run are left for the resume."""
     from suite.reproduce import store
 
     book = NoiseBook(store.read_noise(directory), predictions=True)
-    for spec in specs:
-        with contextlib.suppress(Exception):  # claims on runs not trained yet
-            judge(spec, profile, claim_ids, records, where, book)
-    if book.entries:
-        with contextlib.suppress(Exception):  # the stop's own error is the one to report
+    with contextlib.suppress(Exception):  # the stop's own error is the one to report
+        for spec in specs:
+            keep_noise(spec, profile, claim_ids, records, where, book)
+        if book.entries:
             store.write_noise(directory, {**book.stored, **book.entries})
 
 

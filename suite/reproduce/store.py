@@ -6,7 +6,9 @@ it; the result inside carries the hash of its config with the seed) holds one fi
 the data fingerprint, duration, MLflow run id) with the sha256 of its test logits
 (float32 bytes) in ``details`` instead of the logits themselves. ``runs/noise.json`` holds
 the DeLong noise of every AUC pair the claims use, keyed by the two runs' config hashes and
-the seed, so the report regenerates without the predictions. ``runs/reproduction.json``
+the seed, with the covariances of each seed's figure with the seeds judged together with
+it, so the report regenerates, and a reproduction resumes seed by seed, without the
+predictions. ``runs/reproduction.json``
 names the MLflow parent run and the wall time of the reproduction that trained them.
 Every file is written atomically; a file that does not parse, or that holds another
 config, is ignored with a warning and its job rerun.
@@ -33,6 +35,10 @@ NOISE_FILE = "noise.json"
 MANIFEST_FILE = "reproduction.json"
 LOGITS_DIGEST = "test_logits_sha256"
 """``details`` key of a stored result: sha256 of its test logits as float32 bytes."""
+
+NOISE_VERSION = 2
+"""1: each entry's ``shared`` from all seeds judged at once; 2: each entry's ``covariances``
+with the seeds judged together with it (``shared`` kept in entries written as version 1)."""
 
 NoiseKey = tuple[str, str, int]
 """``(left config hash, right config hash or "", seed)``."""
@@ -117,7 +123,7 @@ def read_noise(report_dir: str | Path) -> dict[NoiseKey, PairNoise]:
         entries = json.loads(path.read_text())["pairs"]
         out = {}
         for e in entries:
-            noise = PairNoise.from_dict({k: math.nan if v is None else v for k, v in e.items()})
+            noise = PairNoise.from_dict(e)
             out[(str(e["left"]), str(e["right"]), int(e["seed"]))] = noise
         return out
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -126,13 +132,17 @@ def read_noise(report_dir: str | Path) -> dict[NoiseKey, PairNoise]:
 
 
 def write_noise(report_dir: str | Path, entries: dict[NoiseKey, PairNoise]) -> Path:
-    """Write the noise entries, sorted, atomically (NaN figures as null)."""
+    """Write the noise entries, sorted, one line each, atomically (NaN figures as null)."""
     pairs = []
     for (left, right, seed), noise in sorted(entries.items()):
-        figures = {k: None if math.isnan(v) else v for k, v in noise.to_dict().items()}
+        figures = {
+            k: None if isinstance(v, float) and math.isnan(v) else v
+            for k, v in noise.to_dict().items()
+        }
         pairs.append({"left": left, "right": right, "seed": seed, **figures})
-    text = json.dumps({"version": 1, "pairs": pairs}, indent=2, sort_keys=True)
-    return write_text_atomic(runs_dir(report_dir) / NOISE_FILE, text + "\n")
+    lines = ",\n".join(f"    {json.dumps(p, sort_keys=True)}" for p in pairs)
+    text = f'{{\n  "pairs": [\n{lines}\n  ],\n  "version": {NOISE_VERSION}\n}}\n'
+    return write_text_atomic(runs_dir(report_dir) / NOISE_FILE, text)
 
 
 def read_manifest(report_dir: str | Path) -> dict[str, Any]:

@@ -357,6 +357,7 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
     assert tuning is not None
     command = tune_command(name, request.profile, request.sets or [], request.workers)
     entries = {} if request.retune else kept_entries(spec, request.profile)
+    commit = git_commit()  # before the first tuned file is written: after, it is dirty
     if entries and request.progress:
         print(
             f"{spec.paper}: kept the tuned values of {', '.join(entries)} "
@@ -378,7 +379,7 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
             best_val_auc=auc,
             sampler_seed=tuning.seed,
             workers=request.workers,
-            commit=git_commit(),
+            commit=commit,
             command=command,
         )
         _write_entries(spec.paper, request.profile, tuning.runs, entries)
