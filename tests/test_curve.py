@@ -210,6 +210,7 @@ def test_the_ranking_keeps_the_test_sets_noise_in_a_report_regenerated_from_stor
     keep_noise(spec, "quick", None, records, where, book)  # what a reproduction stores
     assert {(left, right) for left, right, _ in book.entries} == pairs
     assert len(book.entries) == len(pairs) * len(seeds)
+    assert len(book._components) == len(planned) * len(seeds)  # each job's once, shared by pairs
     write_noise(tmp_path, book.entries)
     before = {pair: live(*pair) for pair in [("alpt_at_2", "hash_at_2"), ("hash_at_8", "")]}
     for path in tmp_path.rglob("*.npz"):

@@ -33,7 +33,6 @@ from suite.stats import (
     Interval,
     ScalingFit,
     auc_components,
-    auc_covariance,
     bootstrap_ci,
     bootstrap_indices,
     fit_scaling,
@@ -163,25 +162,39 @@ def noise_from_predictions(predictions: Predictions, seeds: list[int]) -> NoiseL
     return lookup
 
 
+Components = Callable[[str, int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""``components(run, seed, labels [N], logits [N])``: DeLong's ``(v10 [m], v01 [n])`` of that
+run's predictions (``suite.stats.auc_components``), possibly cached."""
+
+
 def pair_noise(
-    predictions: Predictions, left: str, right: str, seeds: list[int]
+    predictions: Predictions,
+    left: str,
+    right: str,
+    seeds: list[int],
+    components: Components | None = None,
 ) -> dict[int, PairNoise] | None:
     """Each seed's :class:`PairNoise` of ``AUC(left) - AUC(right)`` (``AUC(left)`` where
     ``right`` is empty), for the seeds of ``seeds`` whose predictions of both runs are here,
     judged together (the covariances between them, ``shared`` from all their pairs); None
-    where no seed has them all or the runs differ in examples."""
+    where no seed has them all or the runs differ in examples. ``components``: where each
+    run's structural components come from (default: computed here)."""
     runs = [left, right] if right else [left]
     found = {seed: [predictions(run, seed) for run in runs] for seed in seeds}
     present = [seed for seed in seeds if all(f is not None for f in found[seed])]
     if not present:
         return None
-    kept = [found[seed][k] for k in range(len(runs)) for seed in present]
+    order = [(run, seed) for run in runs for seed in present]
+    kept = [found[seed][runs.index(run)] for run, seed in order]
     labels = kept[0][0]  # type: ignore[index]
     if any(f[0].shape != labels.shape or not np.array_equal(f[0], labels) for f in kept):  # type: ignore[index]
         return None
-    scores = np.vstack([f[1] for f in kept])  # type: ignore[index]
-    d = seed_covariance(auc_covariance(labels, scores), len(present), paired=bool(right))
-    aucs = auc_components(labels, scores)[0].mean(axis=1)
+    of = components or (lambda run, seed, y, x: tuple(c[0] for c in auc_components(y, x[None])))
+    parts = [of(run, seed, labels, f[1]) for (run, seed), f in zip(order, kept, strict=True)]  # type: ignore[index]
+    v10, v01 = np.vstack([p[0] for p in parts]), np.vstack([p[1] for p in parts])
+    cov = np.atleast_2d(np.cov(v10) / v10.shape[1] + np.cov(v01) / v01.shape[1])
+    d = seed_covariance(cov, len(present), paired=bool(right))
+    aucs = v10.mean(axis=1)
     n = len(present)
     entries = {}
     for i, seed in enumerate(present):

@@ -3,6 +3,7 @@ of AUC pairs from the runs' predictions or the stored noise."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import replace
 
 import numpy as np
@@ -22,6 +23,11 @@ from suite.reproduce.outcome import PaperOutcome, RunRecord
 from suite.reproduce.plan import needed_runs, selected_claims
 from suite.reproduce.spec import Claim, ReproductionSpec
 from suite.reproduce.store import NoiseKey
+from suite.stats import auc_components
+
+COMPONENTS_KEPT = 100
+"""Jobs whose DeLong components a :class:`NoiseBook` keeps (8 bytes a test row each: 800
+MB at 1M rows), about one curve budget's methods over ten seeds."""
 
 
 class NoiseBook:
@@ -36,6 +42,25 @@ class NoiseBook:
         self.predictions = predictions
         self.entries: dict[NoiseKey, PairNoise] = {}
         self._merged: dict[tuple[str, str, tuple[int, ...]], dict[int, PairNoise]] = {}
+        self._components: OrderedDict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = (
+            OrderedDict()
+        )
+
+    def components(
+        self, config_hash: str, seed: int, labels: np.ndarray, logits: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """DeLong's structural components of one job's predictions (``labels, logits
+        [N]``), kept for the :data:`COMPONENTS_KEPT` jobs used last: a run takes part in
+        many pairs (a curve's method in one per other method at its budget)."""
+        key = (config_hash, seed)
+        if key in self._components:
+            self._components.move_to_end(key)
+            return self._components[key]
+        v10, v01 = auc_components(labels, logits[None])
+        self._components[key] = found = (v10[0], v01[0])
+        if len(self._components) > COMPONENTS_KEPT:
+            self._components.popitem(last=False)
+        return found
 
     def lookup(self, runs: dict[str, RunRecord]) -> NoiseLookup:
         """A :data:`NoiseLookup` over one paper's runs (run id -> record)."""
@@ -45,6 +70,11 @@ class NoiseBook:
 
         seeds = sorted({s for rec in runs.values() for s in rec.seeds})
 
+        def components(
+            run_id: str, seed: int, labels: np.ndarray, logits: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray]:
+            return self.components(runs[run_id].config.config_hash(), seed, labels, logits)
+
         def entries_of(left: str, right: str) -> dict[int, PairNoise]:
             hashes = (
                 runs[left].config.config_hash(),
@@ -52,7 +82,9 @@ class NoiseBook:
             )
             key = (*hashes, tuple(seeds))
             if key not in self._merged:
-                computed = pair_noise(kept, left, right, seeds) if self.predictions else None
+                computed = None
+                if self.predictions:
+                    computed = pair_noise(kept, left, right, seeds, components)
                 found = {}
                 for seed in seeds:
                     new = (computed or {}).get(seed)
