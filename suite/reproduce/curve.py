@@ -197,20 +197,11 @@ def _join(items: list[str]) -> str:
 
 
 def _test_variance(outcome: Any) -> TestVariance:
-    """The DeLong shared variances of the outcome's runs: from the noise its claims were
+    """The DeLong shared variances of the outcome's runs, from the noise its claims were
     judged with (the runs' kept predictions, or the stored noise of a report regenerated
-    from stored results), else from the kept predictions alone."""
-    from suite.reproduce.claims import noise_from_predictions
-
-    runs = outcome.runs
+    from stored results); ``(0, 0)`` where there is none."""
+    runs, lookup = outcome.runs, outcome.noise
     seeds = sorted({s for rec in runs.values() for s in rec.results})
-    lookup = outcome.noise
-    if lookup is None:
-
-        def predictions(run: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
-            return runs[run].test_predictions(seed) if run in runs else None
-
-        lookup = noise_from_predictions(predictions, seeds)
     curve = outcome.spec.curve
     order = {m: i for i, m in enumerate(curve.methods)} if curve else {}
 
@@ -221,7 +212,8 @@ def _test_variance(outcome: Any) -> TestVariance:
         if right and method(left) > method(right):  # stored with the earlier method left
             left, right = right, left
         for seed in seeds:
-            found = lookup(left, right, seed) if left in runs and right in {"", *runs} else None
+            known = lookup is not None and left in runs and right in {"", *runs}
+            found = lookup(left, right, seed) if known else None
             if found is not None:
                 return found.shared, found.rows
         return 0.0, 0
