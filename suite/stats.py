@@ -253,8 +253,13 @@ def auc_covariance(labels: Sequence[float], scores: np.ndarray) -> np.ndarray:
 def _auc_moments(labels: Sequence[float], scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """``(aucs [k], DeLong covariance [k, k], test rows)`` of ``scores [k, N]``."""
     v10, v01 = auc_components(np.asarray(labels), scores)
-    m, n = v10.shape[1], v01.shape[1]
-    return v10.mean(axis=1), np.atleast_2d(np.cov(v10) / m + np.cov(v01) / n), m + n
+    return v10.mean(axis=1), components_covariance(v10, v01), v10.shape[1] + v01.shape[1]
+
+
+def components_covariance(v10: np.ndarray, v01: np.ndarray) -> np.ndarray:
+    """DeLong's covariance ``[k, k]`` from ``k`` scorers' structural components
+    ``v10 [k, m]``, ``v01 [k, n]`` (:func:`auc_components`): ``S10/m + S01/n``."""
+    return np.atleast_2d(np.cov(v10) / v10.shape[1] + np.cov(v01) / v01.shape[1])
 
 
 # --- Scaling laws: L = L_inf + a * C^-b, with a bootstrap over seeds and points ---

@@ -35,6 +35,7 @@ from suite.stats import (
     auc_components,
     bootstrap_ci,
     bootstrap_indices,
+    components_covariance,
     fit_scaling,
     mean_ci,
     verdict,
@@ -192,8 +193,7 @@ def pair_noise(
     of = components or (lambda run, seed, y, x: tuple(c[0] for c in auc_components(y, x[None])))
     parts = [of(run, seed, labels, f[1]) for (run, seed), f in zip(order, kept, strict=True)]  # type: ignore[index]
     v10, v01 = np.vstack([p[0] for p in parts]), np.vstack([p[1] for p in parts])
-    cov = np.atleast_2d(np.cov(v10) / v10.shape[1] + np.cov(v01) / v01.shape[1])
-    d = seed_covariance(cov, len(present), paired=bool(right))
+    d = seed_covariance(components_covariance(v10, v01), len(present), paired=bool(right))
     aucs = v10.mean(axis=1)
     n = len(present)
     entries = {}
