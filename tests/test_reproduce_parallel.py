@@ -450,3 +450,44 @@ def test_reproduction_jobs_log_no_validation_curve_and_keep_their_config_hash() 
     for job in jobs:
         with_curve = job.config.with_overrides({"tracking.val_curve": 10})
         assert with_curve.config_hash() == job.config.config_hash()
+
+
+def test_a_seeds_jobs_run_in_the_groups_whose_noise_is_judged_together() -> None:
+    """A curve's seed is hours of jobs, and a job's stored result is reused without its
+    logits only once the noise of every pair it is in is stored: its methods at one budget
+    run as one group (the longest job's group first), so a stop mid-seed keeps whole budgets
+    instead of every budget's DHE run and none of its partners."""
+    from suite.reproduce import runner
+    from suite.reproduce.plan import plan_jobs, plan_runs, profile_seeds, select_specs
+
+    profile = "curve-smoke"
+    specs = select_specs(["compression"], profile, None)
+    planned, where = plan_runs(specs, profile, None, {})
+    seeds = profile_seeds(specs, profile)
+    jobs = plan_jobs(planned, seeds, profile)
+    pairs = runner.noise_pairs(specs, profile, None, where)
+    run_id = {key: planned[key].roles[0].split("/", 1)[1] for key in planned}
+    budget = {
+        key: rid.rsplit("_at_", 1)[1] if "_at_" in rid else rid for key, rid in run_id.items()
+    }
+    weight = {"dhe": 100.0, "ttrec": 10.0}
+    costs = {
+        (j.key, j.seed): weight.get(run_id[j.key].split("_at_")[0], 1.0) / float(budget[j.key])
+        if budget[j.key].isdigit()
+        else 0.5
+        for j in jobs
+    }
+
+    ordered = runner.seeds_first(jobs, costs, pairs)
+    assert sorted(map(id, ordered)) == sorted(map(id, jobs))
+    for seed in seeds:
+        mine = [j for j in ordered if j.seed == seed]
+        budgets = [budget[j.key] for j in mine]
+        runs_of_budgets = [b for i, b in enumerate(budgets) if i == 0 or budgets[i - 1] != b]
+        assert sorted(runs_of_budgets) == sorted(set(budgets)), budgets  # each group whole
+        assert runs_of_budgets[0] == "4" and runs_of_budgets[-1] == "full"  # DHE at 1/4 first
+        for b in set(budgets):
+            group = [costs[(j.key, seed)] for j in mine if budget[j.key] == b]
+            assert group == sorted(group, reverse=True)
+    ungrouped = [budget[j.key] for j in runner.seeds_first(jobs, costs) if j.seed == seeds[0]]
+    assert ungrouped[:2] == ["4", "16"]  # without the pairs: the DHE points first

@@ -61,19 +61,57 @@ def job_costs(jobs: list[Job], known: dict[str, float]) -> dict[tuple[str, int],
     return {(j.key, j.seed): known.get(j.key, job_examples(j.config) * rate) for j in jobs}
 
 
-def seeds_first(jobs: list[Job], costs: dict[tuple[str, int], float] | None) -> list[Job]:
+def seeds_first(
+    jobs: list[Job],
+    costs: dict[tuple[str, int], float] | None,
+    pairs: set[tuple[str, str]] | None = None,
+) -> list[Job]:
     """``jobs`` seed by seed, so a reproduction stopped part way (or too long for one
     sitting) leaves whole seeds, whose test-set noise it stores with the covariances of the
     seeds it judged together (``suite.reproduce.claims.shared_of``): a resume on another
-    machine (without the uncommitted test predictions) trains none of them again. With
-    ``costs`` (parallel workers), each seed's jobs longest first, so short jobs keep the
-    end of a seed busy; without, in plan order."""
+    machine (without the uncommitted test predictions) trains none of them again. Within a
+    seed, the jobs that ``pairs`` (:func:`noise_pairs`: config hashes whose noise is judged
+    together, as a claim's runs or a curve's methods at one budget) connect run as one
+    group, so a stop part way through a long seed still leaves whole groups, whose noise is
+    stored too. With ``costs`` (parallel workers), the groups with the longest job first
+    and each group's jobs longest first, so short jobs keep the end of a group busy;
+    without, in plan order."""
+    group = _pair_groups([j.key for j in jobs], pairs or set())
     order = {seed: i for i, seed in enumerate(dict.fromkeys(j.seed for j in jobs))}
 
     def cost(job: Job) -> float:
         return costs[(job.key, job.seed)] if costs else 0.0
 
-    return sorted(jobs, key=lambda j: (order[j.seed], -cost(j)))
+    longest: dict[tuple[int, int], float] = {}
+    for job in jobs:
+        slot = (job.seed, group[job.key])
+        longest[slot] = max(longest.get(slot, 0.0), cost(job))
+
+    def position(job: Job) -> tuple[int, float, int, float]:
+        slot = (job.seed, group[job.key])
+        return order[job.seed], -longest[slot], group[job.key], -cost(job)
+
+    return sorted(jobs, key=position)
+
+
+def _pair_groups(keys: list[str], pairs: set[tuple[str, str]]) -> dict[str, int]:
+    """Each key's group: the connected parts of the graph ``pairs`` draws on ``keys``,
+    numbered by their first key's place in ``keys`` (a key in no pair is a group alone)."""
+    parent = {key: key for key in keys}
+
+    def root(key: str) -> str:
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    for left, right in pairs:
+        if left in parent and right in parent:
+            parent[root(left)] = root(right)
+    first: dict[str, int] = {}
+    for key in keys:
+        first.setdefault(root(key), len(first))
+    return {key: first[root(key)] for key in keys}
 
 
 def known_durations(jobs: list[Job], dirs: list[Path]) -> dict[str, float]:
@@ -331,7 +369,7 @@ def reproduce(
     if workers > 1:
         dirs = [d for d in (directory, Path("results") / profile) if d is not None]
         costs = job_costs(todo, known_durations(todo, dirs))
-    todo = seeds_first(todo, costs)
+    todo = seeds_first(todo, costs, pairs)
     parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
 
     def done(job: Job, result: TaskResult) -> None:
