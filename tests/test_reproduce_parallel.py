@@ -179,6 +179,38 @@ def test_from_results_regenerates_the_report_without_training(tmp_path: Path) ->
     assert len(children(uri)) == runs_before
 
 
+def test_an_interim_report_judges_only_the_seeds_whose_every_job_is_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reproduction still under way (a curve takes sessions): ``--finished-seeds`` judges
+    the seeds none of whose jobs is missing, says the report is interim and names the
+    seeds it leaves out; fewer than two finished seeds, or no ``--from-results``, is an
+    error."""
+    uri = tracking_uri(tmp_path)
+    out = tmp_path / "report"
+    assert reproduce(out, uri, AUC_PAIR, "--workers", "1") == 0
+    left, right = sorted(p for p in (out / RUNS_DIR).iterdir() if p.is_dir())
+    (left / "seed-3.json").unlink()  # each of the two runs lacks another seed
+    (right / "seed-4.json").unlink()
+    assert reproduce(out, uri, AUC_PAIR, "--from-results") == 2
+    assert reproduce(out, uri, AUC_PAIR, "--finished-seeds") == 2
+    capsys.readouterr()
+
+    assert reproduce(out, uri, AUC_PAIR, "--from-results", "--finished-seeds") == 0
+    report = (out / "REPORT.md").read_text()
+    assert "**Interim report: 3 of the profile's 5 seeds.**" in report
+    assert "0, 1, 2 (every run, paired); not yet trained, left out: 3, 4" in report
+    assert "--finished-seeds" in report
+    assert "(n=3)" in report and "n=5" not in report  # every interval over the three
+
+    for seed in (1, 2):
+        (left / f"seed-{seed}.json").unlink()
+    capsys.readouterr()
+    assert reproduce(out, uri, AUC_PAIR, "--from-results", "--finished-seeds") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--finished-seeds: 1 of the profile's 5 seeds" in err[0]
+
+
 def test_from_results_names_the_missing_job(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "DIR/runs (default: the report directory)",
     )
     parser.add_argument(
+        "--finished-seeds",
+        action="store_true",
+        help="--from-results: an interim report of a reproduction still under way, judged on "
+        "the seeds whose every job is stored (at least 2); the header names the others",
+    )
+    parser.add_argument(
         "--rerun",
         metavar="PAPER/RUN",
         help="train this one stored job again (with --seed) and compare it bit for bit with "
@@ -89,6 +95,8 @@ def command_line(args: argparse.Namespace) -> str:
         words.append("--quiet")
     if args.from_results is not None:
         words += ["--from-results", args.from_results] if args.from_results else ["--from-results"]
+    if args.finished_seeds:
+        words.append("--finished-seeds")
     return shlex.join(words)
 
 
@@ -136,6 +144,11 @@ def handle(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or default_report_dir(args.profile))
     if args.rerun:
         return rerun_job(args, out_dir, overrides)
+    if args.finished_seeds and (args.from_results is None or args.profile == "regime"):
+        raise ConfigError(
+            "--finished-seeds: only with --from-results, and not for the regime profile "
+            "(an interim report judges the stored seeds of one profile)"
+        )
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers: expected a number of processes >= 1, got {args.workers}")
     command = command_line(args)
@@ -152,7 +165,9 @@ def handle(args: argparse.Namespace) -> int:
         from suite.reproduce.regimes import handle_regime
 
         return handle_regime(args.paper, args.claim, overrides, **run)
-    reproduction = reproduce(args.profile, args.paper, args.claim, overrides, **run)
+    reproduction = reproduce(
+        args.profile, args.paper, args.claim, overrides, **run, finished_seeds=args.finished_seeds
+    )
     plots = draw_plots(reproduction, out_dir)
     regime = regime_rows_of(reproduction, out_dir)
     report = render_report(reproduction, plots, command, regime=regime)

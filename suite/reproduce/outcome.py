@@ -99,6 +99,8 @@ class Reproduction:
     mlflow_run_id: str | None = None
     tracking_uri: str | None = None
     duration_s: float = 0.0
+    seeds_left: list[int] = field(default_factory=list)
+    """The profile's seeds an interim report leaves out (their jobs not all trained yet)."""
 
     def results(self) -> list[TaskResult]:
         """Every job's result once (runs shared between papers counted once)."""

@@ -407,6 +407,27 @@ def machine_text(reproduction: Reproduction, env: dict[str, Any]) -> str:
     return machine
 
 
+def seeds_text(reproduction: Reproduction) -> str:
+    """The seeds judged; an interim report names the seeds it leaves out."""
+    text = ", ".join(map(str, reproduction.seeds)) + " (every run, paired)"
+    if reproduction.seeds_left:
+        text += f"; not yet trained, left out: {', '.join(map(str, reproduction.seeds_left))}"
+    return text
+
+
+def interim_lines(reproduction: Reproduction) -> list[str]:
+    """Above the verdicts of an interim report: how many of the profile's seeds they rest on."""
+    if not reproduction.seeds_left:
+        return []
+    judged, total = len(reproduction.seeds), len(reproduction.seeds) + len(reproduction.seeds_left)
+    return [
+        f"**Interim report: {judged} of the profile's {total} seeds.** The reproduction is "
+        "still under way (`--finished-seeds`: the seeds whose every job is stored); its "
+        "intervals and verdicts will narrow or change as the other seeds land.",
+        "",
+    ]
+
+
 def header_rows(reproduction: Reproduction, command: str) -> list[dict[str, str]]:
     """The report's header table: command, overrides, commit, machine, software, seeds."""
     import json
@@ -424,7 +445,7 @@ def header_rows(reproduction: Reproduction, command: str) -> list[dict[str, str]
             " ": f"suite {env['suite_version']}, python {env['python']}, torch {env['torch']}, "
             f"fbgemm {env['fbgemm']}, mlflow {env['mlflow']}",
         },
-        {"": "seeds", " ": ", ".join(map(str, reproduction.seeds)) + " (every run, paired)"},
+        {"": "seeds", " ": seeds_text(reproduction)},
         {"": "MLflow parent run", " ": reproduction.mlflow_run_id or "tracking off"},
     ]
 
@@ -506,6 +527,7 @@ def render_report(
         table(header_rows(reproduction, command)),
         "",
         *regime_lines(regime),
+        *interim_lines(reproduction),
         summary_line(reproduction),
         "",
         METHOD_TEXT,

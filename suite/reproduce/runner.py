@@ -337,6 +337,7 @@ def reproduce(
     report_dir: str | Path | None = None,
     from_results: str | Path | None = None,
     also_from: str | Path | None = None,
+    finished_seeds: bool = False,
 ) -> Reproduction:
     """Train every needed run of the chosen specs under each seed; judge their claims.
 
@@ -345,7 +346,9 @@ def reproduce(
     (default: one per core, at most one per job). ``from_results``: train nothing; judge
     the results stored under that report directory (an error names a missing job), and
     under ``also_from`` those it lacks (the regime profile's jobs adopted from the standard
-    profile's results, which its own directory does not copy)."""
+    profile's results, which its own directory does not copy). ``finished_seeds`` (with
+    ``from_results``): judge only the seeds whose every job is stored, an interim report of a
+    reproduction still under way; the others are named in ``Reproduction.seeds_left``."""
     from suite.reproduce import store
 
     started = time.perf_counter()
@@ -356,7 +359,9 @@ def reproduce(
     jobs = plan_jobs(planned, seeds, profile)
     if from_results is not None:
         directories = [Path(from_results), *([Path(also_from)] if also_from else [])]
-        return _regenerate(profile, specs, claim_ids, planned, where, jobs, overrides, directories)
+        return _regenerate(
+            profile, specs, claim_ids, planned, where, jobs, overrides, directories, finished_seeds
+        )
     directory = Path(report_dir) if report_dir is not None else None
     pairs = noise_pairs(specs, profile, claim_ids, where)
     superseded: dict[tuple[str, int], TaskResult] = {}
@@ -442,9 +447,11 @@ def _regenerate(
     jobs: list[Job],
     overrides: dict[str, Any],
     directories: list[Path],
+    finished_seeds: bool = False,
 ) -> Reproduction:
     """The reproduction judged on the stored results under ``directories`` (the first that
-    holds a job gives it, with its test-set noise), training none."""
+    holds a job gives it, with its test-set noise), training none; with ``finished_seeds``,
+    on the seeds none of whose jobs is missing (at least two: an interval needs a spread)."""
     from suite.reproduce import store
 
     directory, found, missing, noise = directories[0], {}, jobs, {}
@@ -452,6 +459,20 @@ def _regenerate(
         more, missing = stored_results(missing, source, set(), resume=False)
         found.update(more)
         noise = {**store.read_noise(source), **noise}
+    seeds_left: list[int] = []
+    if finished_seeds:
+        all_seeds = list(dict.fromkeys(j.seed for j in jobs))
+        seeds_left = [s for s in all_seeds if any(j.seed == s for j in missing)]
+        kept = [s for s in all_seeds if s not in seeds_left]
+        if len(kept) < 2:
+            raise ConfigError(
+                f"--finished-seeds: {len(kept)} of the profile's {len(all_seeds)} seeds have "
+                f"every job stored under {store.runs_dir(directory)} (seeds "
+                f"{', '.join(map(str, kept)) or 'none'}); an interim report needs at least 2"
+            )
+        jobs = [j for j in jobs if j.seed in kept]
+        found = {k: r for k, r in found.items() if k[1] in kept}
+        missing = []
     if missing:
         first = missing[0]
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
@@ -474,6 +495,7 @@ def _regenerate(
         manifest.get("mlflow_run_id"),
         None,
         float(manifest.get("duration_s", 0.0)),
+        seeds_left=seeds_left,
     )
 
 
