@@ -523,3 +523,40 @@ def test_a_seeds_jobs_run_in_the_groups_whose_noise_is_judged_together() -> None
             assert group == sorted(group, reverse=True)
     ungrouped = [budget[j.key] for j in runner.seeds_first(jobs, costs) if j.seed == seeds[0]]
     assert ungrouped[:2] == ["4", "16"]  # without the pairs: the DHE points first
+
+
+def test_a_profile_longer_than_a_sitting_runs_each_group_under_every_seed_first() -> None:
+    """The curve is about 25 hours on two workers: seed by seed, each sitting would judge
+    about one seed alone, and the test set's shared variance (the covariance of two seeds'
+    figures, computed only from predictions judged together) would fall back to its upper
+    bound. Its profile says ``order: groups``: a budget's methods under every seed, seed by
+    seed, before the next budget, the longest group first."""
+    from suite.reproduce import runner
+    from suite.reproduce.plan import groups_first, plan_jobs, plan_runs, profile_seeds, select_specs
+
+    profile = "curve-smoke"
+    specs = select_specs(["compression"], profile, None)
+    assert not groups_first(specs, profile)
+    assert groups_first(select_specs(["compression"], "curve", None), "curve")
+    planned, where = plan_runs(specs, profile, None, {})
+    seeds = profile_seeds(specs, profile)
+    jobs = plan_jobs(planned, seeds, profile)
+    pairs = runner.noise_pairs(specs, profile, None, where)
+    run_id = {key: planned[key].roles[0].split("/", 1)[1] for key in planned}
+    budget = {
+        key: rid.rsplit("_at_", 1)[1] if "_at_" in rid else rid for key, rid in run_id.items()
+    }
+    costs = {(j.key, j.seed): 100.0 if run_id[j.key] == "dhe_at_16" else 1.0 for j in jobs}
+
+    ordered = runner.seeds_first(jobs, costs, pairs, by_group=True)
+    assert sorted(map(id, ordered)) == sorted(map(id, jobs))
+    budgets = [budget[j.key] for j in ordered]
+    blocks = [b for i, b in enumerate(budgets) if i == 0 or budgets[i - 1] != b]
+    assert sorted(blocks) == sorted(set(budgets)) and blocks[0] == "16"  # longest group first
+    for b in set(budgets):
+        mine = [j for j in ordered if budget[j.key] == b]
+        assert [j.seed for j in mine] == sorted((j.seed for j in mine), key=seeds.index)
+        first = [j for j in mine if j.seed == seeds[0]]
+        assert [costs[(j.key, j.seed)] for j in first][0] == max(
+            costs[(j.key, j.seed)] for j in first
+        )

@@ -130,6 +130,12 @@ def profile_seeds(specs: list[ReproductionSpec], profile: str) -> list[int]:
     return list(seeds.pop())
 
 
+def groups_first(specs: list[ReproductionSpec], profile: str) -> bool:
+    """Whether a selected spec's profile runs its jobs group by group across the seeds
+    (``order: groups``) rather than seed by seed."""
+    return any(s.profiles[profile].order == "groups" for s in specs)
+
+
 @dataclass(frozen=True)
 class Job:
     """One (config, seed) training of a reproduction."""

@@ -34,6 +34,7 @@ from suite.reproduce.outcome import Reproduction, RunRecord
 from suite.reproduce.plan import (
     Job,
     PlannedRun,
+    groups_first,
     plan_jobs,
     plan_runs,
     profile_seeds,
@@ -65,6 +66,7 @@ def seeds_first(
     jobs: list[Job],
     costs: dict[tuple[str, int], float] | None,
     pairs: set[tuple[str, str]] | None = None,
+    by_group: bool = False,
 ) -> list[Job]:
     """``jobs`` seed by seed, so a reproduction stopped part way (or too long for one
     sitting) leaves whole seeds, whose test-set noise it stores with the covariances of the
@@ -75,7 +77,10 @@ def seeds_first(
     group, so a stop part way through a long seed still leaves whole groups, whose noise is
     stored too. With ``costs`` (parallel workers), the groups with the longest job first
     and each group's jobs longest first, so short jobs keep the end of a group busy;
-    without, in plan order."""
+    without, in plan order. ``by_group`` (a profile's ``order: groups``): each group under
+    every seed, seed by seed, before the next group, so a sitting far shorter than a seed
+    still judges several seeds of a group together (their covariances, which no later
+    sitting can compute without the predictions)."""
     group = _pair_groups([j.key for j in jobs], pairs or set())
     order = {seed: i for i, seed in enumerate(dict.fromkeys(j.seed for j in jobs))}
 
@@ -86,9 +91,14 @@ def seeds_first(
     for job in jobs:
         slot = (job.seed, group[job.key])
         longest[slot] = max(longest.get(slot, 0.0), cost(job))
+    longest_over_seeds: dict[int, float] = {}
+    for (_, g), value in longest.items():
+        longest_over_seeds[g] = max(longest_over_seeds.get(g, 0.0), value)
 
-    def position(job: Job) -> tuple[int, float, int, float]:
+    def position(job: Job) -> tuple[float, ...]:
         slot = (job.seed, group[job.key])
+        if by_group:
+            return -longest_over_seeds[group[job.key]], group[job.key], order[job.seed], -cost(job)
         return order[job.seed], -longest[slot], group[job.key], -cost(job)
 
     return sorted(jobs, key=position)
@@ -374,7 +384,7 @@ def reproduce(
     if workers > 1:
         dirs = [d for d in (directory, Path("results") / profile) if d is not None]
         costs = job_costs(todo, known_durations(todo, dirs))
-    todo = seeds_first(todo, costs, pairs)
+    todo = seeds_first(todo, costs, pairs, by_group=groups_first(specs, profile))
     parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
 
     def done(job: Job, result: TaskResult) -> None:

@@ -144,6 +144,12 @@ class Profile(Frozen):
         description="another profile whose base, seeds, per-run extras and tuned values this "
         "one takes (the regime profile: suite.reproduce.regimes)",
     )
+    order: Literal["seeds", "groups"] = Field(
+        "seeds",
+        description="seeds: each seed's jobs before the next seed's; groups: each group of "
+        "jobs whose noise is judged together under every seed before the next group, for a "
+        "profile far longer than a sitting, whose seeds would otherwise each be judged alone",
+    )
 
     @field_validator("seeds")
     @classmethod
