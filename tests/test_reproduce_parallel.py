@@ -484,11 +484,9 @@ def test_reproduction_jobs_log_no_validation_curve_and_keep_their_config_hash() 
         assert with_curve.config_hash() == job.config.config_hash()
 
 
-def test_a_seeds_jobs_run_in_the_groups_whose_noise_is_judged_together() -> None:
-    """A curve's seed is hours of jobs, and a job's stored result is reused without its
-    logits only once the noise of every pair it is in is stored: its methods at one budget
-    run as one group (the longest job's group first), so a stop mid-seed keeps whole budgets
-    instead of every budget's DHE run and none of its partners."""
+def curve_smoke_jobs() -> tuple[list[int], list, set, dict[str, str], dict[str, str]]:
+    """The curve-smoke profile's ``(seeds, jobs, noise pairs, run id by config hash, budget
+    by config hash)`` (``full`` for the reference's budget)."""
     from suite.reproduce import runner
     from suite.reproduce.plan import plan_jobs, plan_runs, profile_seeds, select_specs
 
@@ -502,6 +500,17 @@ def test_a_seeds_jobs_run_in_the_groups_whose_noise_is_judged_together() -> None
     budget = {
         key: rid.rsplit("_at_", 1)[1] if "_at_" in rid else rid for key, rid in run_id.items()
     }
+    return seeds, jobs, pairs, run_id, budget
+
+
+def test_a_seeds_jobs_run_in_the_groups_whose_noise_is_judged_together() -> None:
+    """A curve's seed is hours of jobs, and a job's stored result is reused without its
+    logits only once the noise of every pair it is in is stored: its methods at one budget
+    run as one group (the longest job's group first), so a stop mid-seed keeps whole budgets
+    instead of every budget's DHE run and none of its partners."""
+    from suite.reproduce import runner
+
+    seeds, jobs, pairs, run_id, budget = curve_smoke_jobs()
     weight = {"dhe": 100.0, "ttrec": 10.0}
     costs = {
         (j.key, j.seed): weight.get(run_id[j.key].split("_at_")[0], 1.0) / float(budget[j.key])
@@ -532,20 +541,11 @@ def test_a_profile_longer_than_a_sitting_runs_each_group_under_every_seed_first(
     bound. Its profile says ``order: groups``: a budget's methods under every seed, seed by
     seed, before the next budget, the longest group first."""
     from suite.reproduce import runner
-    from suite.reproduce.plan import groups_first, plan_jobs, plan_runs, profile_seeds, select_specs
+    from suite.reproduce.plan import groups_first, select_specs
 
-    profile = "curve-smoke"
-    specs = select_specs(["compression"], profile, None)
-    assert not groups_first(specs, profile)
+    assert not groups_first(select_specs(["compression"], "curve-smoke", None), "curve-smoke")
     assert groups_first(select_specs(["compression"], "curve", None), "curve")
-    planned, where = plan_runs(specs, profile, None, {})
-    seeds = profile_seeds(specs, profile)
-    jobs = plan_jobs(planned, seeds, profile)
-    pairs = runner.noise_pairs(specs, profile, None, where)
-    run_id = {key: planned[key].roles[0].split("/", 1)[1] for key in planned}
-    budget = {
-        key: rid.rsplit("_at_", 1)[1] if "_at_" in rid else rid for key, rid in run_id.items()
-    }
+    seeds, jobs, pairs, run_id, budget = curve_smoke_jobs()
     costs = {(j.key, j.seed): 100.0 if run_id[j.key] == "dhe_at_16" else 1.0 for j in jobs}
 
     ordered = runner.seeds_first(jobs, costs, pairs, by_group=True)
