@@ -459,7 +459,7 @@ def test_jobs_run_seed_by_seed_so_a_stop_leaves_whole_seeds() -> None:
     jobs = plan_jobs(planned, seeds, "quick")
     is_qr = {key: planned[key].roles[0].startswith("qr/qr") for key in planned}
     costs = {(j.key, j.seed): 10.0 if is_qr[j.key] else 1.0 for j in jobs}  # QR slower
-    ordered = runner.seeds_first(jobs, costs)
+    ordered = runner.job_order(jobs, costs)
 
     assert sorted(map(id, ordered)) == sorted(map(id, jobs))
     assert [j.seed for j in ordered] == sorted((j.seed for j in jobs), key=seeds.index)
@@ -467,7 +467,7 @@ def test_jobs_run_seed_by_seed_so_a_stop_leaves_whole_seeds() -> None:
         mine = [costs[(j.key, j.seed)] for j in ordered if j.seed == seed]
         assert mine == sorted(mine, reverse=True)
     in_plan = [j for j in jobs if j.seed == seeds[0]]
-    assert runner.seeds_first(jobs, None)[: len(in_plan)] == in_plan
+    assert runner.job_order(jobs, None)[: len(in_plan)] == in_plan
 
 
 def test_reproduction_jobs_log_no_validation_curve_and_keep_their_config_hash() -> None:
@@ -519,7 +519,7 @@ def test_a_seeds_jobs_run_in_the_groups_whose_noise_is_judged_together() -> None
         for j in jobs
     }
 
-    ordered = runner.seeds_first(jobs, costs, pairs)
+    ordered = runner.job_order(jobs, costs, pairs)
     assert sorted(map(id, ordered)) == sorted(map(id, jobs))
     for seed in seeds:
         mine = [j for j in ordered if j.seed == seed]
@@ -530,7 +530,7 @@ def test_a_seeds_jobs_run_in_the_groups_whose_noise_is_judged_together() -> None
         for b in set(budgets):
             group = [costs[(j.key, seed)] for j in mine if budget[j.key] == b]
             assert group == sorted(group, reverse=True)
-    ungrouped = [budget[j.key] for j in runner.seeds_first(jobs, costs) if j.seed == seeds[0]]
+    ungrouped = [budget[j.key] for j in runner.job_order(jobs, costs) if j.seed == seeds[0]]
     assert ungrouped[:2] == ["4", "16"]  # without the pairs: the DHE points first
 
 
@@ -548,7 +548,7 @@ def test_a_profile_longer_than_a_sitting_runs_each_group_under_every_seed_first(
     seeds, jobs, pairs, run_id, budget = curve_smoke_jobs()
     costs = {(j.key, j.seed): 100.0 if run_id[j.key] == "dhe_at_16" else 1.0 for j in jobs}
 
-    ordered = runner.seeds_first(jobs, costs, pairs, by_group=True)
+    ordered = runner.job_order(jobs, costs, pairs, by_group=True)
     assert sorted(map(id, ordered)) == sorted(map(id, jobs))
     budgets = [budget[j.key] for j in ordered]
     blocks = [b for i, b in enumerate(budgets) if i == 0 or budgets[i - 1] != b]

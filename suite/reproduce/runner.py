@@ -62,25 +62,26 @@ def job_costs(jobs: list[Job], known: dict[str, float]) -> dict[tuple[str, int],
     return {(j.key, j.seed): known.get(j.key, job_examples(j.config) * rate) for j in jobs}
 
 
-def seeds_first(
+def job_order(
     jobs: list[Job],
     costs: dict[tuple[str, int], float] | None,
     pairs: set[tuple[str, str]] | None = None,
     by_group: bool = False,
 ) -> list[Job]:
-    """``jobs`` seed by seed, so a reproduction stopped part way (or too long for one
-    sitting) leaves whole seeds, whose test-set noise it stores with the covariances of the
-    seeds it judged together (``suite.reproduce.claims.shared_of``): a resume on another
-    machine (without the uncommitted test predictions) trains none of them again. Within a
-    seed, the jobs that ``pairs`` (:func:`noise_pairs`: config hashes whose noise is judged
-    together, as a claim's runs or a curve's methods at one budget) connect run as one
-    group, so a stop part way through a long seed still leaves whole groups, whose noise is
-    stored too. With ``costs`` (parallel workers), the groups with the longest job first
-    and each group's jobs longest first, so short jobs keep the end of a group busy;
-    without, in plan order. ``by_group`` (a profile's ``order: groups``): each group under
-    every seed, seed by seed, before the next group, so a sitting far shorter than a seed
-    still judges several seeds of a group together (their covariances, which no later
-    sitting can compute without the predictions)."""
+    """The order to run ``jobs`` in. By default seed by seed, so a reproduction stopped
+    part way (or too long for one sitting) leaves whole seeds, whose test-set noise it
+    stores with the covariances of the seeds it judged together
+    (``suite.reproduce.claims.shared_of``): a resume on another machine (without the
+    uncommitted test predictions) trains none of them again. Within a seed, the jobs
+    that ``pairs`` (:func:`noise_pairs`: config hashes whose noise is judged together,
+    as a claim's runs or a curve's methods at one budget) connect run as one group, so a
+    stop part way through a long seed still leaves whole groups, whose noise is stored
+    too. With ``costs`` (parallel workers), the groups with the longest job first and
+    each group's jobs longest first, so short jobs keep the end of a group busy;
+    without, in plan order. ``by_group`` (a profile's ``order: groups``): each group
+    under every seed, seed by seed, before the next group, so a sitting far shorter than
+    a seed still judges several seeds of a group together (their covariances, which no
+    later sitting can compute without the predictions)."""
     group = _pair_groups([j.key for j in jobs], pairs or set())
     order = {seed: i for i, seed in enumerate(dict.fromkeys(j.seed for j in jobs))}
 
@@ -384,7 +385,7 @@ def reproduce(
     if workers > 1:
         dirs = [d for d in (directory, Path("results") / profile) if d is not None]
         costs = job_costs(todo, known_durations(todo, dirs))
-    todo = seeds_first(todo, costs, pairs, by_group=groups_first(specs, profile))
+    todo = job_order(todo, costs, pairs, by_group=groups_first(specs, profile))
     parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
 
     def done(job: Job, result: TaskResult) -> None:
