@@ -219,3 +219,58 @@ def test_the_ranking_keeps_the_test_sets_noise_in_a_report_regenerated_from_stor
     regenerated = _test_variance(judge(spec, "quick", None, records, where, stored))
     for pair, figures in before.items():
         assert figures[0] > 0 and regenerated(*pair) == (pytest.approx(figures[0]), 800)
+
+
+def test_a_step_cost_timed_in_another_sitting_than_the_references_is_marked() -> None:
+    """A method's step cost is full's samples/s over its own, per seed. Where the two
+    trained in different sittings the ratio also carries the machine's drift between them,
+    so the row is marked and the table says why, rather than passing it off as timed side
+    by side; runs of one sitting stay unmarked."""
+    from suite.reproduce.curve import APART, curve_section
+    from suite.reproduce.judge import NoiseBook
+    from tests.conftest import accuracy_result
+
+    spec = small_spec()
+    planned, where = plan_runs([spec], "quick", None, {})
+    name_of = {key: run for (_, run), key in where.items()}
+    seeds = [0, 1, 2, 3, 4]
+    rng = np.random.default_rng(0)
+    records = {}
+    for key, entry in planned.items():
+        run = name_of[key]
+        budget = 1 if run == "full" else int(run.rsplit("_", 1)[1])
+        day = 2 if run == "hash_at_8" else 1  # trained again a day later
+        records[key] = RunRecord(entry.roles[0], entry.config, seeds)
+        for seed in seeds:
+            auc = 0.7 + 0.01 * rng.normal()
+            records[key].results[seed] = accuracy_result(
+                seed,
+                auc=auc,
+                metrics={
+                    "test_auc": auc,
+                    "embedding_total_bytes": 1e6 / budget,
+                    "train_samples_per_s": 1000.0 if run == "full" else 500.0,
+                },
+                created=f"2026-01-0{day}T10:{10 + 2 * seed}:00+00:00",
+                duration_s=100.0,
+            )
+    outcome = judge(spec, "quick", None, records, where, NoiseBook({}, predictions=False))
+    lines = "\n".join(curve_section(outcome, {})).splitlines()
+    rows = {
+        (cells[1].strip(), cells[2].strip()): cells[-2].strip()
+        for line in lines
+        if line.startswith("| 1/") and (cells := line.split("|"))
+    }
+    assert rows[("1/8", "hash")] == f"2.00x [2.00, 2.00] {APART}"
+    assert rows[("1/2", "hash")] == "2.00x [2.00, 2.00]"
+    assert sum(APART in cost for cost in rows.values()) == 1
+    (note,) = [line for line in lines if line.startswith(APART)]
+    assert "different sittings" in note and "drift" in note
+
+    for record in records.values():  # all in one sitting: nothing to mark, no note
+        for seed, result in record.results.items():
+            record.results[seed] = result.model_copy(
+                update={"created": f"2026-01-01T10:{10 + 2 * seed}:00+00:00"}
+            )
+    lines = curve_section(judge(spec, "quick", None, records, where, NoiseBook({}, False)), {})
+    assert "2.00x [2.00, 2.00]" in "\n".join(lines) and not any(APART in x for x in lines)

@@ -396,6 +396,23 @@ def test_training_wall_time_counts_overlapping_jobs_once_and_resumed_stretches_a
     assert training_wall_s([]) == (0.0, 0)
 
 
+def test_each_job_knows_the_stretch_of_work_it_trained_in() -> None:
+    """Jobs whose intervals overlap or nearly touch share a stretch (they were timed side by
+    side); a resumed invocation's jobs get the next; a job without a timestamp gets None."""
+    from suite.reproduce.outcome import WALL_GAP_S, stretch_of, training_wall_s
+
+    jobs = [
+        _timed("2026-01-01T12:00:50+00:00", 50.0),  # resumed, later
+        _timed("2026-01-01T10:01:40+00:00", 100.0),
+        _timed("2026-01-01T10:02:00+00:00", 90.0),
+        _timed("", 10.0),  # no clock
+        _timed("2026-01-01T10:04:00+00:00", 120.0 - WALL_GAP_S / 2),  # starts within the gap
+    ]
+    assert stretch_of(jobs) == [1, 0, 0, None, 0]
+    assert max(s for s in stretch_of(jobs) if s is not None) + 1 == training_wall_s(jobs)[1]
+    assert stretch_of([]) == []
+
+
 def test_a_stopped_reproduction_keeps_the_noise_of_the_seeds_it_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

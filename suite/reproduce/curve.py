@@ -14,7 +14,8 @@ sparse optimizer state), the options chosen by the method's own ``options_at_bud
   TOST puts ``|best - m| <= 0.001``, ``indistinguishable`` when neither does (both p's
   Holm-adjusted over the dataset's table); the methods chosen and their bytes; the train
   step cost against the reference's, ``reference samples/s / method samples/s`` per seed,
-  both measured in the same reproduction on the same machine;
+  both measured in the same reproduction on the same machine, marked when the two
+  trained in different sittings (the ratio then carries the machine's drift too);
 - a "which method when" paragraph generated from the table.
 """
 
@@ -32,6 +33,7 @@ import numpy as np
 from suite.config import deep_merge, validate_config
 from suite.decisions import ALPHA, Noise, decide, holm, noise_of, t_quantile
 from suite.embeddings.budget import BudgetUnreachable, options_at_budget
+from suite.reproduce.outcome import WALL_GAP_S
 from suite.reproduce.spec import BUDGET_KEY, Curve
 
 MARGIN = 0.001
@@ -233,6 +235,27 @@ def _chosen(config: Any) -> str:
     )
 
 
+APART = "‡"
+"""Marks a step cost whose method and reference runs trained in different sittings."""
+
+
+def sittings_apart(outcome: Any) -> Callable[[str, str], bool]:
+    """``apart(a, b)``: whether runs ``a`` and ``b`` trained some common seed in different
+    stretches of work (:func:`~suite.reproduce.outcome.stretch_of`), so that a ratio of
+    their rates also carries the machine's drift between the two sittings."""
+    from suite.reproduce.outcome import stretch_of
+
+    keys = [(run_id, seed) for run_id, rec in outcome.runs.items() for seed in rec.results]
+    results = [outcome.runs[run_id].results[seed] for run_id, seed in keys]
+    stretch = dict(zip(keys, stretch_of(results), strict=True))
+
+    def apart(a: str, b: str) -> bool:
+        pairs = [(stretch.get((a, s)), stretch.get((b, s))) for s in outcome.runs[a].results]
+        return any(x is not None and y is not None and x != y for x, y in pairs)
+
+    return apart
+
+
 def _step_cost(rec: Any, reference: Any) -> str:
     ratios = [
         reference.results[s].metrics["train_samples_per_s"] / r.metrics["train_samples_per_s"]
@@ -415,6 +438,7 @@ def curve_section(outcome: Any, overrides: dict[str, Any]) -> list[str]:
             "spread only.",
             "",
         ]
+    apart = sittings_apart(outcome)
     rows = []
     for ranked in data.standings:
         for s in ranked:
@@ -431,11 +455,25 @@ def curve_section(outcome: Any, overrides: dict[str, Any]) -> list[str]:
                     "rank": str(s.rank),
                     "vs best (Holm p: > 0.001 below, TOST)": s.verdict
                     + ("" if s.rank == 1 else f" ({s.p_below:.2g}, {s.p_equivalent:.2g})"),
-                    "step cost vs full": _step_cost(rec, data.reference),
+                    "step cost vs full": _step_cost(rec, data.reference)
+                    + (
+                        f" {APART}"
+                        if apart(data.curve.run_id(s.method, s.budget), data.curve.reference)
+                        else ""
+                    ),
                 }
             )
     if rows:
         lines += [table(rows), ""]
+    if any(APART in row["step cost vs full"] for row in rows):
+        lines += [
+            f"{APART} The method's and `{data.curve.reference}`'s runs of a seed trained in "
+            "different sittings (stretches of work more than "
+            f"{WALL_GAP_S / 60:g} minutes apart), so the ratio carries the machine's drift "
+            "between them as well as the step's cost: only runs of one sitting were timed side "
+            "by side.",
+            "",
+        ]
     gone = [
         f"`{m}` at 1/{b}: {why}"
         for b, methods in sorted(data.absent.items())

@@ -135,6 +135,25 @@ WALL_GAP_S = 120.0
 """Two jobs' intervals further apart than this belong to separate stretches of work."""
 
 
+def stretch_of(results: list[TaskResult]) -> list[int | None]:
+    """Each result's stretch of work, as :func:`training_wall_s` splits them: 0 for the
+    earliest, in time order; None for a result without a timestamp. Two results in one
+    stretch trained side by side, under the same load on the machine."""
+    spans = sorted(
+        (end - r.duration_s, end, i)
+        for i, r in enumerate(results)
+        if (end := _timestamp(r.created)) is not None
+    )
+    out: list[int | None] = [None] * len(results)
+    stretch, reach = -1, -math.inf
+    for start, end, i in spans:
+        if start > reach + WALL_GAP_S:
+            stretch += 1
+        reach = max(reach, end)
+        out[i] = stretch
+    return out
+
+
 def _timestamp(iso: str | None) -> float | None:
     from datetime import datetime
 
