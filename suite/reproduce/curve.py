@@ -470,8 +470,8 @@ def curve_section(outcome: Any, overrides: dict[str, Any]) -> list[str]:
             f"{APART} The method's and `{data.curve.reference}`'s runs of a seed trained in "
             "different sittings (stretches of work more than "
             f"{WALL_GAP_S / 60:g} minutes apart), so the ratio carries the machine's drift "
-            "between them as well as the step's cost: only runs of one sitting were timed side "
-            "by side.",
+            "between them as well as the step's cost; `benchmarks/bench_curve_steps.py` times "
+            "every point of the compression curve side by side with full.",
             "",
         ]
     gone = [
