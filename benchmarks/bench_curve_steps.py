@@ -71,8 +71,7 @@ def curve_points(
 def samples_per_second(config: RunConfig) -> float:
     """One timed training of ``config``'s model from scratch (seed 0)."""
     data = get_prepared(config.dataset, progress=False)
-    torch.set_num_threads(config.train.threads or torch.get_num_threads())
-    model = build_model(config, data)
+    model = build_model(config, data)  # sets the config's thread count
     return train(model, data, config.train, 0, CPU).samples_per_second
 
 
@@ -129,6 +128,21 @@ def main(argv: list[str] | None = None) -> Path:
     profile, steps, repeats = (
         ("curve-smoke", 20, 2) if args.quick else (args.profile, args.steps, args.repeats)
     )
+    spec = load_spec(SPEC)
+    assert spec.curve is not None, f"{SPEC}: no curve"
+    if profile not in spec.profiles:
+        parser.error(f"--profile {profile}: not a profile of {SPEC} ({', '.join(spec.profiles)})")
+    budgets = spec.profiles[profile].budgets or spec.curve.budgets
+    for name, given, known in (
+        ("--budgets", args.budgets, budgets),
+        ("--methods", args.methods, spec.curve.methods),
+    ):
+        unknown = [str(x) for x in given or [] if x not in known]
+        if unknown:
+            parser.error(
+                f"{name} {' '.join(unknown)}: not on {profile}'s curve "
+                f"({', '.join(map(str, known))})"
+            )
     points = curve_points(profile, args.budgets, args.methods, steps)
     rows = side_by_side(points, repeats)
     threads = points[0][2].train.threads

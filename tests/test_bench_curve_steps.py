@@ -49,3 +49,19 @@ def test_full_is_the_unit_and_every_point_gets_a_cost_per_repeat(
     written = json.loads(path.read_text())
     assert written["profile"] == "curve-smoke" and written["steps"] == 20
     assert [r["method"] for r in written["rows"]] == ["full", "hash"]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--profile", "nope"], "--profile nope: not a profile of compression"),
+        (["--quick", "--budgets", "3"], "--budgets 3: not on curve-smoke's curve (4, 16, 64)"),
+        (["--quick", "--methods", "hash", "lsh"], "--methods lsh: not on curve-smoke's curve"),
+    ],
+)
+def test_a_point_off_the_curve_is_refused_by_name(
+    args: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2 and named in capsys.readouterr().err
