@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
@@ -45,15 +47,32 @@ def _load_versions():
 
 versions = _load_versions()
 
+# The extras a session that runs the tests installs: the dev tools and the tests' imports.
+TEST_EXTRAS = ("dev", "test", "ray")  # ray: the cluster tests start a real loopback cluster
 
-def install_suite(session: nox.Session, extras: str = "dev", pair=None) -> None:
+
+def pyproject_requirements(*names: str) -> list[str]:
+    """pyproject's requirement lines (dependencies and extras) for the packages ``names``,
+    so a session installs the versions pyproject states, not a second copy of them."""
+    project = tomllib.loads((Path(__file__).parent / "pyproject.toml").read_text())["project"]
+    lines = [*project["dependencies"], *sum(project["optional-dependencies"].values(), [])]
+    found = [line for line in lines if re.split(r"[\s\[<>=!~;]", line, maxsplit=1)[0] in names]
+    missing = set(names) - {re.split(r"[\s\[<>=!~;]", line, maxsplit=1)[0] for line in found}
+    if missing:
+        raise ValueError(f"not in pyproject.toml: {', '.join(sorted(missing))}")
+    return found
+
+
+def install_suite(session: nox.Session, extras: tuple[str, ...] = (), pair=None) -> None:
     """torch of ``pair`` (default: the default pair; pip takes a local wheel where the
-    machine has one), then the suite with the fbgemm build for it (CUDA where
-    ``nvidia-smi`` answers), then torchrec without its declared dependencies (they name the
-    CUDA fbgemm wheel even on CPU machines; its real needs come with ``scaleout``)."""
+    machine has one), then the suite with ``scaleout`` and ``extras`` and the fbgemm build
+    for it (CUDA where ``nvidia-smi`` answers), then torchrec without its declared
+    dependencies (they name the CUDA fbgemm wheel even on CPU machines; its real needs come
+    with ``scaleout``)."""
     pair = pair or versions.default_pair()
     session.install(f"torch=={pair.torch}")
-    session.install("-e", f".[scaleout,{extras}]", pair.fbgemm_requirement(has_cuda()))
+    suite = f".[{','.join(('scaleout', *extras))}]"
+    session.install("-e", suite, pair.fbgemm_requirement(has_cuda()))
     session.install("--no-deps", f"torchrec=={pair.torchrec}")
 
 
@@ -88,23 +107,26 @@ def install_system_packages(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The default test suite (fast; `slow` tests excluded)."""
     install_system_packages(session)
-    install_suite(session)
+    install_suite(session, TEST_EXTRAS)
     session.run("pytest", "-q", *session.posargs, env={"OMP_NUM_THREADS": "1"})
 
 
 @nox.session
 def tests_slow(session: nox.Session) -> None:
     """The slow tests (longer training runs)."""
-    install_suite(session)
+    install_suite(session, TEST_EXTRAS)
     session.run("pytest", "-q", "-m", "slow", *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff lint and format check."""
-    session.install("ruff>=0.5")
+    """ruff lint and format check, then mypy on the lower floors (``[tool.mypy]``): the
+    ruff and mypy the dev extra pins, with numpy and pydantic for their types (torch and
+    the other large packages are read as Any, so none of them is installed here)."""
+    session.install(*pyproject_requirements("ruff", "mypy", "numpy", "pydantic"), "packaging")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
 
 
 @nox.session
@@ -183,7 +205,7 @@ def compat(session: nox.Session, torch: str) -> None:
     fbgemm = pair.fbgemm_requirement(has_cuda())
     session.log(f"pair: torch {pair.torch}, {fbgemm}, torchrec {pair.torchrec}")
     try:
-        install_suite(session, pair=pair)
+        install_suite(session, TEST_EXTRAS, pair=pair)
     except nox.command.CommandFailed:
         session.error(
             f"torch {pair.torch} with {fbgemm} and torchrec {pair.torchrec} does not install "
@@ -213,5 +235,5 @@ def gpu(session: nox.Session) -> None:
     method against its CPU build; writes
     results/bench/gpu-<device>.json and prints a table. Without CUDA (or ``-- --dry-run``)
     the CUDA steps are skipped with the reason and their CPU analogs run."""
-    install_suite(session)
+    install_suite(session, TEST_EXTRAS)
     session.run("python", "-m", "suite.gpu_check", *session.posargs)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-from _common import print_table, write_json  # noqa: E402
+import torch
+from _common import print_table, write_json
 
-from suite.config import build_config  # noqa: E402
-from suite.data.source import get_prepared  # noqa: E402
-from suite.engine.build import build_model  # noqa: E402
-from suite.engine.train import train  # noqa: E402
+from suite.config import build_config
+from suite.data.source import get_prepared
+from suite.engine.build import build_model
+from suite.engine.train import train
 
 
 def measure(backend: str, batch_size: int, steps: int, threads: int) -> float:

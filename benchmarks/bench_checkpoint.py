@@ -27,21 +27,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-from _common import print_table, write_json  # noqa: E402
+import torch
+from _common import print_table, write_json
 
-from suite.config import build_config  # noqa: E402
-from suite.data.loader import BatchLoader  # noqa: E402
-from suite.data.source import get_prepared  # noqa: E402
-from suite.engine.build import build_model  # noqa: E402
-from suite.engine.checkpoint import (  # noqa: E402
+from suite.config import build_config
+from suite.data.loader import BatchLoader
+from suite.data.source import get_prepared
+from suite.engine.build import build_model
+from suite.engine.checkpoint import (
     DEFAULT_EVERY,
     Checkpointer,
+    CheckpointEvery,
     CheckpointPolicy,
-    Interval,
     LoopState,
 )
-from suite.engine.train import make_dense_optimizer, train, train_step  # noqa: E402
+from suite.engine.train import make_dense_optimizer, train, train_step
 
 CPU = torch.device("cpu")
 KINDS = {
@@ -83,7 +83,7 @@ def main() -> None:
     run_cfg = config.train.model_copy(update={"max_steps": steps, "epochs": -(-steps // per_epoch)})
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as tmp:
         model = build_model(config, data)
-        with Checkpointer(Path(tmp) / "run", identity, Interval.parse(args.every)) as writer:
+        with Checkpointer(Path(tmp) / "run", identity, CheckpointEvery.parse(args.every)) as writer:
             outcome = train(model, data, run_cfg, config.seed, CPU, checkpoints=writer)
             written = list(writer.written)
     ratio = outcome.checkpoint_seconds / outcome.seconds

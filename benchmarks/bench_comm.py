@@ -29,17 +29,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from _common import print_table, write_json  # noqa: E402
+import numpy as np
+import torch
+from _common import print_table, write_json
 
-from suite.config import build_config  # noqa: E402
-from suite.data.loader import BatchLoader  # noqa: E402
-from suite.data.source import get_prepared  # noqa: E402
-from suite.engine.build import build_model  # noqa: E402
-from suite.engine.comm_codec import all_to_all_pooled, table_bounds  # noqa: E402
-from suite.engine.parallel import gather_to_file, spawn_gloo  # noqa: E402
-from suite.engine.train import make_dense_optimizer, train_step  # noqa: E402
+from suite.config import build_config
+from suite.data.loader import BatchLoader
+from suite.data.source import get_prepared
+from suite.engine.build import build_model
+from suite.engine.comm_codec import all_to_all_pooled, table_bounds
+from suite.engine.parallel import gather_to_file, spawn_gloo
+from suite.engine.train import make_dense_optimizer, train_step
 
 CODECS = ("none", "fp16", "bf16", "lossy")
 

@@ -29,16 +29,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-from _common import print_table, write_json  # noqa: E402
+import torch
+from _common import print_table, write_json
 
-from suite.config import RunConfig  # noqa: E402
-from suite.data.source import get_prepared  # noqa: E402
-from suite.embeddings.budget import BudgetUnreachable  # noqa: E402
-from suite.engine.build import build_model  # noqa: E402
-from suite.engine.train import train  # noqa: E402
-from suite.reproduce.plan import run_config  # noqa: E402
-from suite.reproduce.spec import load_spec  # noqa: E402
+from suite.config import RunConfig
+from suite.data.source import get_prepared
+from suite.embeddings.budget import BudgetUnreachable
+from suite.engine.build import build_model
+from suite.engine.train import train
+from suite.reproduce.plan import run_config
+from suite.reproduce.spec import load_spec
 
 SPEC = "compression"
 CPU = torch.device("cpu")

@@ -26,20 +26,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # isort: off
-import suite  # noqa: F401, E402  first: sets OMP_WAIT_POLICY before torch loads libgomp
+import suite  # noqa: F401  first: sets OMP_WAIT_POLICY before torch loads libgomp
 
 # isort: on
-import torch  # noqa: E402
-from _common import print_table, write_json  # noqa: E402
+import torch
+from _common import print_table, write_json
 
-from suite.config import RunConfig  # noqa: E402
-from suite.data.loader import BatchLoader  # noqa: E402
-from suite.data.source import get_prepared  # noqa: E402
-from suite.embeddings.dhe import DHEEmbedding  # noqa: E402
-from suite.engine.build import build_model, seed_everything  # noqa: E402
-from suite.engine.train import make_dense_optimizer, train_step  # noqa: E402
-from suite.models.base import RecModel  # noqa: E402
-from suite.stats import mean_ci  # noqa: E402
+from suite.config import RunConfig
+from suite.data.loader import BatchLoader
+from suite.data.source import get_prepared
+from suite.embeddings.dhe import DHEEmbedding
+from suite.engine.build import build_model, seed_everything
+from suite.engine.train import make_dense_optimizer, train_step
+from suite.models.base import RecModel
+from suite.stats import mean_ci
 
 
 class EveryLookupDHE(DHEEmbedding):

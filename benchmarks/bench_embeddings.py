@@ -26,16 +26,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-from _common import print_table, write_json  # noqa: E402
+import torch
+from _common import print_table, write_json
 
-from suite.config import build_config  # noqa: E402
-from suite.data.source import get_prepared  # noqa: E402
-from suite.embeddings.base import ComposedEmbedding  # noqa: E402
-from suite.embeddings.quantize import quantize_embedding  # noqa: E402
-from suite.engine.build import build_model  # noqa: E402
-from suite.engine.train import predict, train  # noqa: E402
-from suite.models.base import RecModel  # noqa: E402
+from suite.config import build_config
+from suite.data.source import get_prepared
+from suite.embeddings.base import ComposedEmbedding
+from suite.embeddings.quantize import quantize_embedding
+from suite.engine.build import build_model
+from suite.engine.train import predict, train
+from suite.models.base import RecModel
 
 METHODS = ["full", "hash", "qr", "mixed_dim", "fiited"]
 LOW_PRECISIONS = ["int8", "int4"]

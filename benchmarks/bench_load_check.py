@@ -28,11 +28,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table  # noqa: E402
+from _common import print_table
 
-from suite.config import build_config  # noqa: E402
-from suite.data.prepared import load_prepared  # noqa: E402
-from suite.data.source import get_prepared, prepared_dir  # noqa: E402
+from suite.config import build_config
+from suite.data.prepared import load_prepared
+from suite.data.source import get_prepared, prepared_dir
 
 TARGET_PERCENT = 5.0
 

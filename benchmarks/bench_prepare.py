@@ -49,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen_criteo import FULL_ROWS, NAMES, generate  # noqa: E402
 
-from suite.stats import Interval, mean_ci, verdict  # noqa: E402
+from suite.decisions import interval_verdict  # noqa: E402
+from suite.stats import Interval, mean_ci  # noqa: E402
 
 BARE_BLOCK_BYTES = 1 << 20
 """pyarrow's default block: its fastest here (larger blocks parse with less parallelism)."""
@@ -223,12 +224,12 @@ def summarize(
 
 
 def judge(ci: Interval, direction: Literal["greater", "less"], target: float) -> str:
-    """``suite.stats.verdict`` of ``mean > target`` (or ``<``) on the pairs' 95% CI; with one
-    round there is no CI and the single value decides, said so."""
+    """``suite.decisions.interval_verdict`` of ``mean > target`` (or ``<``) on the pairs'
+    95% CI; with one round there is no CI and the single value decides, said so."""
     if ci.n == 1:
         above = ci.mean > target
         return f"{'holds' if above == (direction == 'greater') else 'does not hold'} (one round)"
-    return verdict(ci, direction, target=target)
+    return interval_verdict(ci, direction, target=target)
 
 
 def main(argv: list[str] | None = None) -> int:

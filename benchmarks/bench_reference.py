@@ -39,18 +39,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_json  # noqa: E402
-from bench_dense_step import bench_config  # noqa: E402
-from bench_peak import Step, measure, plain_step, suite_step  # noqa: E402
+from _common import print_table, write_json
+from bench_dense_step import bench_config
+from bench_peak import Step, measure, plain_step, suite_step
 
-from suite.config import RunConfig  # noqa: E402
-from suite.data.loader import BatchLoader  # noqa: E402
-from suite.data.prepared import PreparedDataset  # noqa: E402
-from suite.data.source import get_prepared  # noqa: E402
-from suite.engine.build import seed_everything  # noqa: E402
-from suite.errors import SuiteError  # noqa: E402
-from suite.stats import mean_ci  # noqa: E402
-from suite.tasks.throughput import cycle  # noqa: E402
+from suite.config import RunConfig
+from suite.data.loader import BatchLoader
+from suite.data.prepared import PreparedDataset
+from suite.data.source import get_prepared
+from suite.engine.build import seed_everything
+from suite.errors import SuiteError
+from suite.stats import mean_ci
+from suite.tasks.throughput import cycle
 
 REPORT_ONLY_IMPORTS = {"sklearn": ("metrics",), "torch.utils.tensorboard": ()}
 

@@ -64,7 +64,7 @@ def peak_while_building(rank: int, world: int, vocab_scale: float, dim: int, out
     from suite.tasks.memory import peak_memory
 
     with quiet_torchrec():  # import torchrec's modules first: their import is not the tables
-        import torchrec.distributed.model_parallel  # noqa: F401
+        import torchrec.distributed.model_parallel
         import torchrec.distributed.planner  # noqa: F401
 
     config = bench_config(vocab_scale, dim)

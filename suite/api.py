@@ -4,7 +4,9 @@
 (``suite.runs.single.execute`` or ``suite.runs.multiseed.execute_seeds``);
 ``load_results`` reads the result JSON files every run writes into a pandas DataFrame;
 ``compare`` pairs two configs' runs by seed and reports each metric's difference with a
-95% paired confidence interval and a verdict (``suite.stats``), never from one seed.
+90% paired interval and a verdict (``suite.decisions``); with one seed a side, test AUC
+and log loss are compared on the test rows the two runs share (DeLong's paired test, a
+paired test of the per-row losses), and other metrics say what they need.
 """
 
 from __future__ import annotations
@@ -257,7 +259,10 @@ class MetricComparison:
     n: int
     verdict: str
     """``A better``, ``B better``, ``same within margin``, ``underpowered (needs n=...)``
-    or ``not measurable`` (fewer than two paired seeds)."""
+    or ``not measurable`` (fewer than two paired seeds); with one seed a side, ``... on
+    this test set`` (see ``note``)."""
+    note: str = ""
+    """How a one-seed row was tested, or what it needs (empty with two or more seeds)."""
 
 
 def compare(
@@ -275,11 +280,14 @@ def compare(
     better`` when a one-sided test at 5% shows the difference beyond ``margin``, ``same
     within margin`` by TOST, else ``underpowered (needs n=...)``; ``not measurable`` with
     fewer than two paired seeds. ``test_auc`` adds the test set's shared DeLong variance
-    where both sides kept their test predictions.
+    where both sides kept their test predictions. With one seed a side, ``test_auc`` gets
+    DeLong's paired test and ``test_logloss`` a paired test of the per-row losses on the
+    kept test predictions (the test set's noise alone: ``note`` says so); a row that cannot
+    be tested says in ``note`` what it needs.
     """
     import pandas as pd
 
-    from suite.decisions import compare_paired
+    from suite.decisions import compare_on_test_set, compare_paired
 
     left = {r.seed: r for r in runs_of(a, results_dir)}
     right = {r.seed: r for r in runs_of(b, results_dir)}
@@ -309,6 +317,11 @@ def compare(
         test_var, test_rows = _test_set_noise(name, left, right, seeds)
         diffs = [x - y for x, y in zip(xa, xb, strict=True)]
         found = compare_paired(diffs, higher, margin, test_var, test_rows)
+        note = ""
+        if len(seeds) == 1:
+            variance, scored, note = _one_seed_noise(name, left[seeds[0]], right[seeds[0]])
+            if variance is not None:
+                found = compare_on_test_set(diffs[0], variance, scored, higher, margin)
         rows.append(
             MetricComparison(
                 metric=name,
@@ -321,9 +334,54 @@ def compare(
                 p_value=found.test.p,
                 n=len(seeds),
                 verdict=found.label,
+                note=note,
             )
         )
     return pd.DataFrame([asdict(r) for r in rows])
+
+
+ONE_SEED_NEEDS = "one seed a side: needs two or more paired seeds (run both with --seeds)"
+"""The note of a one-seed row that no test on the test rows applies to."""
+
+
+def _one_seed_noise(
+    metric: str, left: TaskResult, right: TaskResult
+) -> tuple[float | None, int, str]:
+    """The test-set variance of ``metric``'s ``A - B`` for one run a side, from their kept
+    test predictions on the same rows: DeLong's paired variance for ``test_auc``, the
+    per-row loss differences' variance of the mean for ``test_logloss``; ``(None, 0,
+    what it needs)`` where neither applies."""
+    if metric not in ("test_auc", "test_logloss"):
+        return None, 0, ONE_SEED_NEEDS
+    import numpy as np
+
+    from suite.results import read_arrays
+
+    found = [read_arrays(r) for r in (left, right)]
+    if not all(f and {"test_labels", "test_logits"} <= set(f) for f in found):
+        return None, 0, f"{ONE_SEED_NEEDS}, or both runs' test logits (tracking.keep_arrays)"
+    (la, xa), (lb, xb) = ((f["test_labels"], f["test_logits"]) for f in found)  # type: ignore[index]
+    if la.shape != lb.shape or not np.array_equal(la, lb):
+        return None, 0, f"{ONE_SEED_NEEDS}: the two runs scored different test rows"
+    rows = len(la)
+    if metric == "test_auc":
+        from suite.stats import auc_covariance
+
+        try:
+            cov = auc_covariance(la, np.vstack([xa, xb]))
+        except ValueError:  # one class only
+            return None, 0, f"{ONE_SEED_NEEDS}: the test rows hold one class only"
+        variance = float(cov[0, 0] + cov[1, 1] - 2 * cov[0, 1])
+        return variance, rows, "one seed a side: DeLong's paired test on the shared test rows"
+    y = la.astype(np.float64)
+
+    def losses(z: np.ndarray) -> np.ndarray:
+        z = z.astype(np.float64)
+        return np.logaddexp(0.0, z) - y * z  # the log loss of logit z per row
+
+    d = losses(xa) - losses(xb)
+    variance = float(d.var(ddof=1)) / rows if rows > 1 else 0.0
+    return variance, rows, "one seed a side: paired test of the per-row losses on the test rows"
 
 
 def _test_set_noise(

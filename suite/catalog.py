@@ -90,9 +90,10 @@ def real_entries(kind: str) -> list[CatalogEntry]:
             kind, item.name, item.description, item.obj.__module__, _options_info(options_cls)
         )
         if kind == "datasets":
-            entry.protocols = dict(item.obj.protocols)
-            entry.default_protocol = item.obj.default_protocol
-            entry.needs_raw = bool(item.obj.needs_raw)
+            source: Any = item.obj  # a DatasetSource subclass (its module is a floor above)
+            entry.protocols = dict(source.protocols)
+            entry.default_protocol = source.default_protocol
+            entry.needs_raw = bool(source.needs_raw)
         entries.append(entry)
     return entries
 

@@ -48,7 +48,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
+QUIET_MLFLOW = {
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",  # its "View run ..." lines at a run's end
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # its "Downloading artifacts" bars
+}
+"""MLflow's own switches for what it writes to the console, set (unless the user set
+them) so that a command's stdout holds its results only; the suite names each run's id
+and store in its own result lines."""
+
+
 def _dispatch(argv: list[str] | None) -> int:
+    for name, value in QUIET_MLFLOW.items():
+        os.environ.setdefault(name, value)
     parser = make_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)

@@ -9,7 +9,9 @@ pydantic class validates and fills in its options, so the resolved config is com
 from __future__ import annotations
 
 import copy
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -24,9 +26,9 @@ from pydantic import (
 )
 
 from suite.errors import ConfigError
-from suite.hashing import stable_hash
 from suite.presets import resolve_config_file
 from suite.registry import DATASETS, EMBEDDINGS, MODELS, TASKS, Registry, did_you_mean
+from suite.stable_hash import stable_hash
 
 
 class Frozen(BaseModel):
@@ -263,10 +265,10 @@ class TrackingConfig(Frozen):
 class RunConfig(Frozen):
     """The whole definition of one run."""
 
-    model: ModelSpec = Field(default_factory=lambda: ModelSpec())
-    embedding: EmbeddingSpec = Field(default_factory=lambda: EmbeddingSpec())
-    dataset: DatasetSpec = Field(default_factory=lambda: DatasetSpec())
-    task: TaskSpec = Field(default_factory=lambda: TaskSpec())
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec.model_validate({}))
+    embedding: EmbeddingSpec = Field(default_factory=lambda: EmbeddingSpec.model_validate({}))
+    dataset: DatasetSpec = Field(default_factory=lambda: DatasetSpec.model_validate({}))
+    task: TaskSpec = Field(default_factory=lambda: TaskSpec.model_validate({}))
     train: TrainConfig = Field(default_factory=TrainConfig)
     seed: int = Field(0, ge=0, le=2**32 - 1, description="run seed (numpy takes 0..2**32-1)")
     device: Literal["cpu", "cuda"] = "cpu"
@@ -318,13 +320,65 @@ def validate_config(data: dict[str, Any], source: str = "config") -> RunConfig:
         ) from None
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping safely; errors name the file and line."""
-    path = Path(path)
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest YAML file :func:`load_yaml` reads (1 MiB; the shipped specs are a few KiB)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key written twice in one mapping (plain YAML keeps
+    the last one silently), pointing at the second one's line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {first}); write each key once",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_config_bytes(path: Path) -> bytes:
+    """The bytes of config file ``path``: a regular file of at most
+    :data:`MAX_CONFIG_BYTES`, opened without blocking (a FIFO or a device such as
+    ``/dev/zero`` is refused, not read)."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ConfigError(f"config file {path} is {kind}; expected a YAML file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"config file {path} is over {MAX_CONFIG_BYTES >> 20} MiB; expected a YAML file"
+        )
+    return raw
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping safely (a regular file of at most 1 MiB, each key once); errors
+    name the file and line."""
+    path = Path(path)
+    raw = _read_config_bytes(path)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -334,7 +388,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if "\x00" in text:
         raise ConfigError(f"config file {path} is binary (NUL byte); expected a YAML file")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

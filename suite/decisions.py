@@ -30,19 +30,26 @@ Multiplicity: Holm's step-down adjustment over a report's empirical claims.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import numpy as np
 
+from suite.stats import Interval
+
 ALPHA = 0.05
 """One-sided level of every test (TOST's 90% interval; superiority's 95% one-sided bound)."""
+INTERVAL_LEVEL = 1 - 2 * ALPHA
+"""The level of every interval a comparison shows (90%): the two one-sided tests' interval."""
 POWER = 0.8
 MAX_SEEDS = 1000
 
 Direction = Literal["greater", "less", "within"]
 Decision = Literal["holds", "does not hold", "undecided", "not measurable"]
+Verdict = Literal["holds", "does not hold", "inconclusive", "not measurable"]
+"""What :func:`interval_verdict` finds (an interval alone decides nothing it cannot show)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,8 @@ def decide(estimate: float, noise: Noise, direction: Direction, bound: float) ->
     """Test ``estimate`` against ``bound`` (``greater``: ``d > bound``; ``less``: ``d <
     bound``; ``within``: ``|d| <= bound``, TOST) at one-sided ``ALPHA``."""
     nan = math.nan
-    if noise.n < 2 or math.isnan(noise.seed_var) or math.isnan(estimate):
+    test_set_only = noise.n == 1 and noise.seed_var == 0.0 and noise.test_var > 0
+    if (noise.n < 2 and not test_set_only) or math.isnan(noise.seed_var) or math.isnan(estimate):
         return Test(estimate, nan, nan, nan, nan, nan, nan, "not measurable")
     var = noise.variance()
     se, dof = math.sqrt(var), noise.dof()
@@ -240,7 +248,7 @@ def plan(effect: float, noise: Noise, direction: Direction, bound: float) -> Pla
         return Plan(now, seeds)
     for factor in (2, 4, 8, 16, 32, 64, 128):
         scale = 1.0 / factor
-        found = _smallest_n(lambda k, s=scale: power(effect, noise, direction, bound, k, s))
+        found = _smallest_n(partial(power, effect, noise, direction, bound, test_scale=scale))
         if found is not None:
             return Plan(now, None, noise.test_rows * factor, found)
     return Plan(now, None)
@@ -346,6 +354,21 @@ def _compare(estimate: float, noise: Noise, higher_is_better: bool, margin: floa
     return Comparison(f"underpowered ({found.text()})", better, found)
 
 
+def compare_on_test_set(
+    difference: float, variance: float, rows: int, higher_is_better: bool, margin: float
+) -> Comparison:
+    """Compare two runs of one seed each on the same test rows: ``difference`` ``A - B``
+    with DeLong's paired variance (normal, as DeLong's test is); only the test set's
+    sampling is measured, not the seeds' spread, so the label says "this test set"."""
+    noise = Noise(1, 0.0, variance, rows)
+    found = _compare(difference, noise, higher_is_better, margin)
+    if found.label.startswith(("A better", "B better", "same")):
+        label = f"{found.label} on this test set"
+    else:  # seeds do not shrink a test set's noise: more test rows (or seeds) would
+        label = "undecided on this test set (one seed a side: run --seeds for more)"
+    return Comparison(label, found.test)
+
+
 def unpaired_noise(a: Sequence[float], b: Sequence[float]) -> Noise:
     """The :class:`Noise` of ``mean(a) - mean(b)`` for unpaired samples ``a [n_a], b [n_b]``:
     Welch's variance ``s_a^2/n_a + s_b^2/n_b`` with ``min(n_a, n_b) - 1`` degrees of freedom
@@ -363,3 +386,55 @@ def compare_noise(
 ) -> Comparison:
     """:func:`compare_paired` on a given estimate and noise (unpaired samples, say)."""
     return _compare(estimate, noise, higher_is_better, margin)
+
+
+def seed_comparison(
+    mine: Mapping[int, float], theirs: Mapping[int, float], higher_is_better: bool, margin: float
+) -> Comparison | None:
+    """``mine - theirs`` (two entries' per-seed figures, keyed by seed) by the
+    reproductions' rule (:func:`compare_noise`): paired by seed where both
+    ran the same seeds, else Welch's unpaired variance; None with fewer than two seeds on
+    either side."""
+    if len(mine) < 2 or len(theirs) < 2:
+        return None
+    if set(mine) == set(theirs):
+        diffs = [mine[s] - theirs[s] for s in sorted(mine)]
+        estimate, noise = sum(diffs) / len(diffs), noise_of(diffs)
+    else:
+        a, b = list(mine.values()), list(theirs.values())
+        estimate, noise = sum(a) / len(a) - sum(b) / len(b), unpaired_noise(a, b)
+    return compare_noise(estimate, noise, higher_is_better, margin)
+
+
+# --- a verdict from an interval alone -------------------------------------------------
+
+
+def interval_verdict(
+    interval: Interval,
+    direction: Direction,
+    margin: float = 0.0,
+    target: float = 0.0,
+) -> Verdict:
+    """Three-way verdict of a claim from where its interval lies alone (no test: a
+    bootstrap or percentile interval, a benchmark's CI).
+
+    ``greater``: the claim is ``value > target + margin``; ``less``: ``value < target -
+    margin``; ``within``: ``|value - target| <= margin``. ``holds`` when the whole
+    interval lies on the claimed side, ``does not hold`` when it lies wholly on the
+    other side, ``inconclusive`` otherwise; ``not measurable`` without an interval.
+    """
+    if any(math.isnan(v) for v in (interval.mean, interval.low, interval.high)):
+        return "not measurable"
+    low, high = interval.low, interval.high
+    if direction == "greater":
+        bound = target + margin
+        return "holds" if low > bound else "does not hold" if high <= bound else "inconclusive"
+    if direction == "less":
+        bound = target - margin
+        return "holds" if high < bound else "does not hold" if low >= bound else "inconclusive"
+    lo_bound, hi_bound = target - margin, target + margin
+    if lo_bound <= low and high <= hi_bound:
+        return "holds"
+    if high < lo_bound or low > hi_bound:
+        return "does not hold"
+    return "inconclusive"

@@ -67,6 +67,17 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def ram_available_bytes() -> int | None:
+    """RAM this process may still allocate: ``MemAvailable`` plus free swap from
+    ``/proc/meminfo``; ``None`` where it cannot be read."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        kib = int(info["MemAvailable"].split()[0]) + int(info.get("SwapFree", "0 kB").split()[0])
+    except (OSError, KeyError, ValueError):
+        return None
+    return kib * 1024
+
+
 def gpu_model() -> str | None:
     """The first CUDA device's name, or ``None`` without one."""
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

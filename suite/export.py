@@ -34,7 +34,11 @@ def _cell(name: str, mean: float, std: float | None, n: int | None = None) -> st
     spread = std is not None and math.isfinite(std) and std > 0 and (n is None or n > 1)
     value = None if mean is None else float(mean)
     return format_cell(
-        value, float(std) if spread else None, unit=unit_of(name), max_decimals=8, missing=""
+        value,
+        float(std) if spread and std is not None else None,
+        unit=unit_of(name),
+        max_decimals=8,
+        missing="",
     )
 
 
@@ -195,13 +199,146 @@ def _board_key(path: Path) -> tuple[str, ...]:
     return tuple(str(data.get(k) or "") for k in keys)
 
 
+# --- a table for a page ------------------------------------------------------------------
+
+PAPER_METRICS = ("test_auc", "test_logloss", "embedding_bytes")
+"""The metrics a paper table shows when ``--metric`` names none (those the runs have; else
+the first :data:`MAX_PAPER_METRICS` of theirs): few columns, so it fits a column."""
+MAX_PAPER_METRICS = 3
+LABELS = {
+    "test_auc": "Test AUC",
+    "test_logloss": "Test log loss",
+    "val_auc": "Val. AUC",
+    "val_logloss": "Val. log loss",
+    "embedding_bytes": "Embedding size",
+    "train_samples_per_s": "Training throughput",
+}
+"""How a paper names a metric; others are spelt from their names (:func:`paper_label`)."""
+IDENTITY_LABELS = {"dataset": "Dataset", "model": "Model", "embedding": "Embedding"}
+_WORDS = {"auc": "AUC", "logloss": "log loss", "val": "val.", "s": "s", "per": "per"}
+_BYTE_SCALES = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+
+
+def paper_label(name: str, unit: str = "") -> str:
+    """``test_auc`` -> ``Test AUC``, ``test_logloss`` -> ``Test log loss``; ``unit``, where
+    the figures have one, in parentheses after it (``Embedding size (MiB)``)."""
+    label = LABELS.get(name)
+    if label is None:
+        words = [_WORDS.get(w, w) for w in name.split("_") if w]
+        label = " ".join(words)
+        label = label[:1].upper() + label[1:]
+    return f"{label} ({unit})" if unit else label
+
+
+def paper_metrics(frame_metrics: Sequence[str], chosen: Sequence[str] | None) -> list[str]:
+    """The metrics of a paper table: ``chosen`` (``--metric``), else :data:`PAPER_METRICS`
+    the runs have, else their first :data:`MAX_PAPER_METRICS`."""
+    if chosen:
+        return list(chosen)
+    found = [m for m in PAPER_METRICS if m in frame_metrics]
+    return found or list(frame_metrics)[:MAX_PAPER_METRICS]
+
+
+def ci_half_width(std: float, n: int, level: float | None = None) -> float:
+    """The Student-t half-width of a mean of ``n`` values with sample std ``std`` at
+    ``level`` (default :data:`suite.decisions.INTERVAL_LEVEL`, the comparisons' 90%);
+    NaN for fewer than two values."""
+    from suite.decisions import INTERVAL_LEVEL, t_quantile
+
+    if n < 2 or std is None or not math.isfinite(std):
+        return math.nan
+    q = t_quantile(0.5 + (INTERVAL_LEVEL if level is None else level) / 2, n - 1)
+    return q * std / math.sqrt(n)
+
+
+def paper_table(
+    numeric: pd.DataFrame, metrics: Sequence[str], count: str = "seeds"
+) -> pd.DataFrame:
+    """A table for a page from a numeric frame (``<metric>_mean``, ``<metric>_std``, and
+    ``count`` per row): the identity columns that tell its rows apart (dataset, model,
+    embedding; the config's short hash where those do not), then one column per metric
+    labelled as a paper would with its unit in the header, each cell ``mean ± half-width``
+    of the 90% t interval over the row's seeds (:func:`ci_half_width`)."""
+    import pandas as pd
+
+    shown = [c for c in IDENTITY_LABELS if c in numeric and numeric[c].nunique(dropna=False) > 1]
+    if not shown:
+        shown = [c for c in ("model", "embedding") if c in numeric]
+    if "group" in numeric and numeric.duplicated(subset=shown).any():
+        shown.append("group")
+    table = pd.DataFrame(
+        {IDENTITY_LABELS.get(c, "Config"): [_short({c: v})[c] for v in numeric[c]] for c in shown}
+    )
+    counts = numeric[count] if count in numeric else pd.Series([1] * len(numeric))
+    for name in metrics:
+        means = numeric.get(f"{name}_mean", pd.Series([math.nan] * len(numeric)))
+        stds = numeric.get(f"{name}_std", pd.Series([math.nan] * len(numeric)))
+        halves = [ci_half_width(s, int(n)) for s, n in zip(stds, counts, strict=True)]
+        unit, scale = _column_unit(name, means)
+        table[paper_label(name, unit)] = [
+            _paper_cell(m / scale, h / scale) for m, h in zip(means, halves, strict=True)
+        ]
+    return table
+
+
+def _column_unit(name: str, means: pd.Series) -> tuple[str, float]:
+    """The unit a metric's column states in its header and the scale its cells are
+    divided by: bytes in the binary unit of the column's largest figure."""
+    kind = unit_of(name)
+    if kind == "bytes":
+        largest = max((abs(float(v)) for v in means if math.isfinite(float(v))), default=0.0)
+        for unit, scale in _BYTE_SCALES:
+            if largest >= scale:
+                return unit, float(scale)
+        return "B", 1.0
+    if name.endswith("_per_s"):
+        return "samples/s", 1.0
+    return ("s" if name.endswith("_s") else ""), 1.0
+
+
+def _paper_cell(mean: float, half: float) -> str:
+    """``0.7193 ± 0.0012`` (the half-width to two significant digits, the mean to its
+    place); the mean alone, to four significant digits, without an interval; empty
+    without a value."""
+    if not math.isfinite(mean):
+        return ""
+    if math.isfinite(half) and half > 0:
+        return format_cell(mean, half, max_decimals=8, missing="", thousands=False)
+    return f"{mean:.4g}" if abs(mean) < 1e4 else f"{mean:.0f}"
+
+
+def paper_latex(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A booktabs ``table`` that fits a column: ``\\small``, identity columns left and
+    figures right aligned, ``±`` as ``$\\pm$`` (needs ``\\usepackage{booktabs}``)."""
+    identity = sum(1 for c in table.columns if c in (*IDENTITY_LABELS.values(), "Config"))
+    columns = "l" * identity + "r" * (len(table.columns) - identity)
+    body = table.to_latex(index=False, escape=True, column_format=columns)
+    body = body.replace("±", r"$\pm$")
+    return (
+        "% needs \\usepackage{booktabs}\n"
+        "\\begin{table}[t]\n\\centering\n\\small\n"
+        f"\\caption{{{caption}}}\n\\label{{{label}}}\n{body}\\end{{table}}\n"
+    )
+
+
 def write_tables(
-    numeric: pd.DataFrame, display: pd.DataFrame, out_dir: str | Path, stem: str, caption: str
+    numeric: pd.DataFrame,
+    display: pd.DataFrame,
+    out_dir: str | Path,
+    stem: str,
+    caption: str,
+    paper: pd.DataFrame | None = None,
 ) -> list[Path]:
-    """``<stem>.csv`` (numbers) and ``<stem>.tex`` (a LaTeX table of the display frame)."""
+    """``<stem>.csv`` (numbers) and ``<stem>.tex``: the ``paper`` table where given
+    (:func:`paper_table`, written by :func:`paper_latex`), else the display frame."""
     out = Path(out_dir)
     csv = write_text_atomic(out / f"{stem}.csv", numeric.to_csv(index=False), "--out")
     try:
+        if paper is not None:
+            tex = write_text_atomic(
+                out / f"{stem}.tex", paper_latex(paper, caption, f"tab:{stem}"), "--out"
+            )
+            return [csv, tex]
         latex = display.rename(columns=lambda c: str(c).replace("_", " ")).to_latex(
             index=False, escape=True, caption=caption, label=f"tab:{stem}", position="t"
         )

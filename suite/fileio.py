@@ -92,14 +92,16 @@ NEARLY_FULL = 1 << 20
 
 def free_bytes(path: str | Path) -> int | None:
     """Free space on the filesystem that holds ``path`` (or its nearest existing parent);
-    ``None`` if it cannot be read."""
+    ``None`` if it cannot be read or the filesystem has no blocks at all (``/proc``,
+    ``/sys``: not a disk that could be full)."""
     place = Path(path).absolute()
     while not place.exists() and place != place.parent:
         place = place.parent
     try:
-        return shutil.disk_usage(place).free
+        usage = shutil.disk_usage(place)
     except OSError:
         return None
+    return usage.free if usage.total else None
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:

@@ -63,9 +63,9 @@ def fbgemm_available() -> tuple[bool, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import fbgemm_gpu.split_embedding_configs  # noqa: F401
-            import fbgemm_gpu.split_table_batched_embeddings_ops_common  # noqa: F401
-            import fbgemm_gpu.split_table_batched_embeddings_ops_inference  # noqa: F401
+            import fbgemm_gpu.split_embedding_configs
+            import fbgemm_gpu.split_table_batched_embeddings_ops_common
+            import fbgemm_gpu.split_table_batched_embeddings_ops_inference
             import fbgemm_gpu.split_table_batched_embeddings_ops_training  # noqa: F401
     except Exception as exc:  # a mismatched build raises anything from its loaders
         hint = version_hint()

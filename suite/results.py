@@ -75,7 +75,8 @@ def write_arrays(
 
     path = Path(result_json).with_suffix(".npz")
     buffer = io.BytesIO()
-    np.savez(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
+    named: dict[str, Any] = {name: np.asarray(value) for name, value in arrays.items()}
+    np.savez(buffer, **named)  # typed Any: numpy's stub would match a name to allow_pickle
     write_bytes_atomic(path, buffer.getvalue(), option)
     return {"file": str(path), "names": sorted(arrays)}
 

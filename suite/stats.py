@@ -1,4 +1,5 @@
-"""Statistics for comparisons: confidence intervals over seeds, paired differences, verdicts.
+"""Statistics for comparisons: confidence intervals over seeds, paired differences,
+DeLong, scaling fits. Verdicts are decided in :mod:`suite.decisions`.
 
 One small module used by multi-seed runs, reproductions, the leaderboard and ``compare``.
 Every comparison rests on several seeds: a single value has no interval (``n < 2`` gives
@@ -8,18 +9,12 @@ NaN bounds), so no verdict can rest on it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from suite.decisions import Comparison, compare_noise, noise_of, unpaired_noise
-
 LEVEL = 0.95
-
-Verdict = Literal["holds", "does not hold", "inconclusive", "not measurable"]
-Direction = Literal["greater", "less", "within"]
 
 
 @dataclass(frozen=True)
@@ -45,14 +40,14 @@ class Interval:
         return f"{self.mean:.4g} ± {self.half_width:.2g} (n={self.n})"
 
 
-def _values(values: Sequence[float]) -> np.ndarray:
+def _values(values: Sequence[float] | np.ndarray) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 1:
         raise ValueError(f"expected a 1-D sequence of values, got shape {array.shape}")
     return array
 
 
-def mean_ci(values: Sequence[float], level: float = LEVEL) -> Interval:
+def mean_ci(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> Interval:
     """Mean of ``values [n]`` with a Student-t confidence interval (sample std, ddof=1)."""
     from scipy import stats
 
@@ -95,38 +90,8 @@ def paired_p_value(left: Sequence[float], right: Sequence[float]) -> float:
     return float(stats.ttest_1samp(d, 0.0).pvalue)
 
 
-def verdict(
-    interval: Interval,
-    direction: Direction,
-    margin: float = 0.0,
-    target: float = 0.0,
-) -> Verdict:
-    """Three-way verdict of a claim on an interval.
-
-    ``greater``: the claim is ``value > target + margin``; ``less``: ``value < target -
-    margin``; ``within``: ``|value - target| <= margin``. ``holds`` when the whole
-    interval lies on the claimed side, ``does not hold`` when it lies wholly on the
-    other side, ``inconclusive`` otherwise; ``not measurable`` without an interval.
-    """
-    if any(math.isnan(v) for v in (interval.mean, interval.low, interval.high)):
-        return "not measurable"
-    low, high = interval.low, interval.high
-    if direction == "greater":
-        bound = target + margin
-        return "holds" if low > bound else "does not hold" if high <= bound else "inconclusive"
-    if direction == "less":
-        bound = target - margin
-        return "holds" if high < bound else "does not hold" if low >= bound else "inconclusive"
-    lo_bound, hi_bound = target - margin, target + margin
-    if lo_bound <= low and high <= hi_bound:
-        return "holds"
-    if high < lo_bound or low > hi_bound:
-        return "does not hold"
-    return "inconclusive"
-
-
 def bootstrap_ci(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     level: float = LEVEL,
     resamples: int = 10_000,
     seed: int = 0,
@@ -310,7 +275,9 @@ def _profile_fit(x: np.ndarray, y: np.ndarray, b: np.ndarray) -> tuple[np.ndarra
 B_GRID = np.concatenate([np.linspace(-2.0, -1e-3, 200), np.linspace(1e-3, 3.0, 600)])
 
 
-def fit_saturating_power_law(compute: Sequence[float], loss: Sequence[float]) -> PowerLawFit:
+def fit_saturating_power_law(
+    compute: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray
+) -> PowerLawFit:
     """Least squares of ``loss = l_inf + a C^-b`` with ``0 <= l_inf <= min(loss)``.
 
     ``compute, loss``: ``[P]``. Variable projection: ``(l_inf, a)`` are solved exactly for
@@ -413,24 +380,6 @@ def fit_scaling(
     ok = np.isfinite(replicates[:, 2])
     exponent = _percentiles(fit.b, replicates[ok, 2], level, y.shape[1])
     return ScalingFit(fit, exponent, replicates, failed / max(len(plan), 1))
-
-
-def seed_comparison(
-    mine: Mapping[int, float], theirs: Mapping[int, float], higher_is_better: bool, margin: float
-) -> Comparison | None:
-    """``mine - theirs`` (two entries' per-seed figures, keyed by seed) by the
-    reproductions' rule (:func:`suite.decisions.compare_noise`): paired by seed where both
-    ran the same seeds, else Welch's unpaired variance; None with fewer than two seeds on
-    either side."""
-    if len(mine) < 2 or len(theirs) < 2:
-        return None
-    if set(mine) == set(theirs):
-        diffs = [mine[s] - theirs[s] for s in sorted(mine)]
-        estimate, noise = sum(diffs) / len(diffs), noise_of(diffs)
-    else:
-        a, b = list(mine.values()), list(theirs.values())
-        estimate, noise = sum(a) / len(a) - sum(b) / len(b), unpaired_noise(a, b)
-    return compare_noise(estimate, noise, higher_is_better, margin)
 
 
 def format_p(p: float) -> str:

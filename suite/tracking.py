@@ -7,9 +7,9 @@ A new SQLite store is built under a temporary name and renamed into place, while
 exclusive ``fcntl`` lock beside it is held, so two first runs at once, or a first run
 killed during MLflow's schema migration, never leave a half-migrated database. Every
 run is tagged with the host and process that own it (``suite.host``, ``suite.pid``,
-``suite.pid_start``); a RUNNING run whose process is gone is marked KILLED at the next
-start on the same store and host, or by ``suite runs clean``. Every failure of the store
-is one :class:`~suite.errors.SuiteError` line naming the store.
+``suite.pid_start``); a RUNNING run whose process is gone is marked KILLED by the next
+command that opens the store on that host (a run's start or resume, ``suite resume``, a
+study, a reproduction), or by ``suite runs clean``. Every failure of the store is one :class:`~suite.errors.SuiteError` line naming the store.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -118,7 +119,7 @@ def _store_call(uri: str, what: str, call: Callable[[], T]) -> T:
             return call()
     except SuiteError:
         raise
-    except Exception as exc:  # noqa: BLE001 - MLflow, SQLAlchemy and OS errors alike
+    except Exception as exc:
         if is_disk_full(exc):
             place = _full_place(uri, exc)
             full = (
@@ -173,7 +174,9 @@ def _full_place(uri: str, exc: BaseException) -> Path | None:
 def store_lock(uri: str) -> Iterator[None]:
     """An exclusive lock on a SQLite store (``<db>.lock``); a no-op for other stores.
 
-    The kernel drops the lock when its holder dies, so a killed run never leaves it taken.
+    The kernel drops the lock when its holder dies, so a killed run never leaves it taken;
+    the holder removes the file before releasing it, so none is left behind (a waiter
+    that then finds its file unlinked takes the lock again on the new one).
     """
     path = sqlite_path(uri)
     if path is None:
@@ -182,11 +185,27 @@ def store_lock(uri: str) -> Iterator[None]:
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    lock = path.with_name(path.name + ".lock")
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            now = os.stat(lock)
+        except FileNotFoundError:  # removed by the holder we waited for
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            break
+        os.close(fd)  # a lock on a file its holder removed: take the new one's
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
         os.close(fd)  # closing the descriptor releases the lock
 
 
@@ -239,6 +258,9 @@ class RunStore:
     def __init__(self, uri: str | None) -> None:
         self.uri = resolve_tracking_uri(uri)
         self.client = client_for(self.uri)
+        path = sqlite_path(self.uri)
+        if path is None or path.is_file():  # reading must not create a SQLite store
+            close_dead_runs(self.client, self.uri)
 
     def run(self, run_id: str) -> Any:
         """The MLflow ``Run`` (``info``, ``data.tags``); raises MLflow's error if absent."""
@@ -295,6 +317,17 @@ def open_client(uri: str | None) -> tuple[Any, str]:
         return client
 
     return _store_call(resolved, "open it", make), resolved
+
+
+def close_dead_runs(client: Any, uri: str) -> list[Any]:
+    """:func:`clean_dead_runs` over the whole store, as every command that opens it does
+    (a run's start or resume, :class:`RunStore`): a SIGKILLed run, which could not end
+    itself, is KILLED by the next command on its store and host; a store
+    that cannot be searched or written (read-only, say) is left as it is."""
+    try:
+        return clean_dead_runs(client, uri)
+    except SuiteError:
+        return []
 
 
 def process_start(pid: int) -> str:
@@ -397,7 +430,7 @@ class Tracker:
                         client.set_experiment_tag(
                             experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
                         )
-            clean_dead_runs(client, resolved, [experiment_id])
+            close_dead_runs(client, resolved)  # every experiment's, not only this one's
             all_tags = {**(tags or {}), **owner_tags()}
             if parent_run_id:
                 all_tags[PARENT_RUN_TAG] = parent_run_id
@@ -410,13 +443,14 @@ class Tracker:
         """Reopen an existing run (a resumed training run): RUNNING again, owned by this
         process (so a start elsewhere does not take it for a dead one)."""
         client, resolved = open_client(uri)
+        close_dead_runs(client, resolved)
         tracker = cls(client, run_id, resolved)
         tracker.set_tags(owner_tags())
         tracker.call("reopen it", lambda: client.update_run(run_id, status="RUNNING"))
         keys = tracker.call("read it", lambda: list(client.get_run(run_id).data.metrics))
         for key in keys:
             history = tracker.call(
-                f"read metric {key}", lambda k=key: client.get_metric_history(run_id, k)
+                f"read metric {key}", partial(client.get_metric_history, run_id, key)
             )
             tracker._logged.update((m.key, int(m.step), float(m.value)) for m in history)
         return tracker
@@ -437,7 +471,7 @@ class Tracker:
         items = [Param(k, v) for k, v in sorted(params.items())]
         for i in range(0, len(items), MAX_PARAMS_PER_CALL):
             batch = items[i : i + MAX_PARAMS_PER_CALL]
-            self.call("log params", lambda b=batch: self.client.log_batch(self.run_id, params=b))
+            self.call("log params", partial(self.client.log_batch, self.run_id, params=batch))
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         """Log the finite ``metrics`` at ``step`` (NaN and infinities are left out), each
@@ -462,7 +496,7 @@ class Tracker:
         self._last_flush = time.monotonic()
         for i in range(0, len(items), MAX_METRICS_PER_CALL):
             batch = items[i : i + MAX_METRICS_PER_CALL]
-            self.call("log metrics", lambda b=batch: self.client.log_batch(self.run_id, metrics=b))
+            self.call("log metrics", partial(self.client.log_batch, self.run_id, metrics=batch))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         from mlflow.entities import RunTag

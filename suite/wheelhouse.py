@@ -146,7 +146,7 @@ def wanted(report: dict[str, Any], target: Target) -> list[tuple[str, str]]:
     torch, and whatever only torch needs, is not reached. The suite's own wheel is built,
     not downloaded, and left out too.
     """
-    items = {canonicalize_name(i["metadata"]["name"]): i for i in report["install"]}
+    items: dict[str, Any] = {canonicalize_name(i["metadata"]["name"]): i for i in report["install"]}
     env = marker_environment(target)
     skip = set() if target.with_torch else {"torch"}
     queue: deque[tuple[str, frozenset[str]]] = deque(

@@ -94,14 +94,14 @@ def restored_at_step_12(
     steps; ``dense``: with its dense optimizer too), for checkpoint round-trip tests."""
     from suite.data.source import get_prepared
     from suite.engine.build import build_model
-    from suite.engine.checkpoint import Checkpointer, CheckpointPolicy, Interval
+    from suite.engine.checkpoint import Checkpointer, CheckpointEvery, CheckpointPolicy
     from suite.engine.train import make_dense_optimizer, train
 
     cpu = torch.device("cpu")
     data = get_prepared(config.dataset, progress=False)
     identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
     policy = CheckpointPolicy(incremental=incremental, restore_budget=5.0)
-    with Checkpointer(tmp_path / "c", identity, Interval(steps=6), policy) as c:
+    with Checkpointer(tmp_path / "c", identity, CheckpointEvery(steps=6), policy) as c:
         train(build_model(config, data), data, config.train, config.seed, cpu, checkpoints=c)
     reference = build_model(config, data)
     train(reference, data, config.train.model_copy(update={"max_steps": 12}), config.seed, cpu)

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def readme_example() -> str:
 
 def test_readme_example_runs_end_to_end(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
     namespace: dict = {}
-    exec(compile(readme_example(), "README.md:api-example", "exec"), namespace)  # noqa: S102
+    exec(compile(readme_example(), "README.md:api-example", "exec"), namespace)
     full, qr, runs, table = (namespace[k] for k in ("full", "qr", "runs", "table"))
     assert full.seeds == qr.seeds == [0, 1, 2]
     assert len(runs) == 6 and set(runs["embedding"]) == {"full", "qr"}
@@ -90,7 +91,7 @@ def test_compare_adds_the_test_sets_noise_from_kept_predictions(tmp_path: Path) 
     runs["b"] = [execute(other.with_overrides({"seed": s})) for s in range(3)]
     row = compare(runs["a"], runs["b"], metrics=["test_auc"]).set_index("metric").loc["test_auc"]
 
-    def predictions(side: str, seed: int):  # noqa: ANN202
+    def predictions(side: str, seed: int):
         arrays = read_arrays(runs[side][seed])
         return arrays["test_labels"], arrays["test_logits"]
 
@@ -106,9 +107,89 @@ def test_compare_adds_the_test_sets_noise_from_kept_predictions(tmp_path: Path) 
     assert expected.se > seeds_only.se
 
 
-def test_compare_never_gives_a_verdict_from_one_seed() -> None:
+def test_compare_never_gives_a_verdict_from_one_seed_without_its_predictions() -> None:
     table = compare([_result(0, 0.8)], [_result(0, 0.7)])
     assert set(table["verdict"]) == {"not measurable"}
+    # each row says in one line what it needs
+    assert all("needs two or more paired seeds" in note for note in table["note"])
+    assert "tracking.keep_arrays" in table.set_index("metric").loc["test_auc", "note"]
+
+
+def _one_seed_run(tmp_path: Path, name: str, labels: Any, logits: Any) -> TaskResult:
+    """A one-seed accuracy result whose kept test predictions are ``labels``/``logits``,
+    its test AUC and log loss computed from them."""
+    import numpy as np
+
+    from suite.metrics import roc_auc
+    from suite.results import ARRAYS_DETAIL, write_arrays
+
+    z = np.asarray(logits, dtype=np.float32)
+    y = np.asarray(labels, dtype=np.uint8)
+    loss = float(np.mean(np.logaddexp(0.0, z.astype(np.float64)) - y * z))
+    arrays = write_arrays(tmp_path / f"{name}.json", {"test_logits": z, "test_labels": y})
+    metrics = {"test_auc": roc_auc(y, z), "test_logloss": loss, "embedding_bytes": 1e6}
+    higher = {"test_auc": True, "test_logloss": False, "embedding_bytes": False}
+    return accuracy_result(
+        0, metrics=metrics, higher_is_better=higher, details={ARRAYS_DETAIL: arrays}
+    )
+
+
+def test_compare_with_one_seed_a_side_uses_delong_on_the_kept_logits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    from suite.stats import delong_test
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 4000)
+    signal = y * 1.0 + rng.normal(0, 1, 4000)
+    good = _one_seed_run(tmp_path, "good", y, signal + rng.normal(0, 0.3, 4000))
+    poor = _one_seed_run(tmp_path, "poor", y, signal + rng.normal(0, 2.0, 4000))
+    table = compare([good], [poor]).set_index("metric")
+    auc = table.loc["test_auc"]
+    assert auc["verdict"] == "A better on this test set" and auc["n"] == 1
+    assert "DeLong's paired test" in auc["note"]
+    expected = delong_test(y, read_logits(good), read_logits(poor))
+    assert auc["difference"] == pytest.approx(expected.difference.mean)
+    assert auc["p_value"] == pytest.approx(expected.p_value / 2, rel=1e-6)  # one-sided
+    assert auc["low"] < auc["difference"] < auc["high"]
+    assert table.loc["test_logloss", "verdict"] == "A better on this test set"
+    assert table.loc["embedding_bytes", "verdict"] == "not measurable"
+    # the same twins: nothing to tell apart
+    same = compare([good], [good]).set_index("metric").loc["test_auc", "verdict"]
+    assert same.startswith(("undecided on this test set", "not measurable"))
+
+    # the command says it in one line per kind of row, at the one stated level
+    good.write(tmp_path / "a" / "good.json")
+    poor.write(tmp_path / "b" / "poor.json")
+    assert (
+        main(["compare", str(tmp_path / "a" / "good.json"), str(tmp_path / "b" / "poor.json")]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "90% CI" in out and "95%" not in out
+    assert "test_auc: one seed a side: DeLong's paired test" in out
+    assert "embedding_bytes: one seed a side: needs two or more paired seeds" in out
+
+
+def read_logits(result: TaskResult) -> Any:
+    from suite.results import read_arrays
+
+    return read_arrays(result)["test_logits"]
+
+
+def test_every_interval_of_a_comparison_is_stated_at_the_one_level() -> None:
+    from suite.commands import compare as command
+    from suite.decisions import ALPHA, INTERVAL_LEVEL
+
+    assert INTERVAL_LEVEL == pytest.approx(1 - 2 * ALPHA) == pytest.approx(0.9)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "90% interval" in readme
+    for text in (
+        Path(command.__file__).read_text(),
+        Path(compare.__code__.co_filename).read_text(),
+    ):
+        assert "95% CI" not in text and "95% t interval" not in text and "95% paired" not in text
 
 
 def test_compare_refuses_unpaired_or_different_data() -> None:

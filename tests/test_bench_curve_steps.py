@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench_curve_steps import SPEC, curve_points, main, side_by_side
-from suite.reproduce.plan import plan_runs, run_config
+from suite.reproduce.plan import plan_specs, run_config
 from suite.reproduce.spec import load_spec
 
 
@@ -20,7 +20,7 @@ def test_the_points_are_the_reproductions_own_configs_set_to_a_few_steps() -> No
     spec = load_spec(SPEC)
     points = curve_points("curve-smoke", None, None, 7)
     assert points[0][:2] == ("full", 1)
-    _, where = plan_runs([spec], "curve-smoke", None, {})
+    where = plan_specs([spec], "curve-smoke").where
     planned = {run for _, run in where if run != spec.curve.reference}
     assert {spec.curve.run_id(m, b) for m, b, _ in points[1:]} == planned
     assert ("alpt", 16) not in {(m, b) for m, b, _ in points}  # 2 bits do not reach 1/16

@@ -81,7 +81,7 @@ def _id_out_of_range(path: Path) -> tuple[int, str]:
         ("train.sparse.i32", _id_out_of_range),
     ],
 )
-def test_a_byte_changed_in_place_with_its_mtime_kept_is_refused(name: str, where) -> None:  # noqa: ANN001
+def test_a_byte_changed_in_place_with_its_mtime_kept_is_refused(name: str, where) -> None:
     path = _aged_slot()
     target = path / name
     offset, diagnosis = where(target)
@@ -127,7 +127,7 @@ def test_an_untouched_slot_loads_every_time_with_its_fingerprint_unchanged() -> 
 # --- checkpoints ------------------------------------------------------------------------------
 
 
-def _checkpointed(tmp_path: Path):  # noqa: ANN202
+def _checkpointed(tmp_path: Path):
     config = tiny_config(overrides=["train.max_steps=6"])
     data, _, written = _trained(config, tmp_path / "ck", CheckpointPolicy(), every=6)
     assert [w.step for w in written] == [6]

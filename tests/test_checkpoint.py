@@ -15,8 +15,8 @@ from suite.engine.build import build_model
 from suite.engine.checkpoint import (
     Checkpointer,
     CheckpointError,
+    CheckpointEvery,
     CheckpointPolicy,
-    Interval,
     adaptive_bits,
     dequantize_rows,
     quantize_rows,
@@ -37,13 +37,13 @@ def _trained(config: RunConfig, root: Path, policy: CheckpointPolicy, every: int
     data = get_prepared(config.dataset, progress=False)
     model = build_model(config, data)
     with Checkpointer(
-        root, _identity(config, data.fingerprint), Interval(steps=every), policy
+        root, _identity(config, data.fingerprint), CheckpointEvery(steps=every), policy
     ) as c:
         train(model, data, config.train, config.seed, CPU, checkpoints=c, **kw)
     return data, model, c.written
 
 
-def _restored(config: RunConfig, data, root: Path, seq: int | bool = True):  # noqa: ANN001
+def _restored(config: RunConfig, data, root: Path, seq: int | bool = True):
     model = build_model(config, data)
     with Checkpointer(root, _identity(config, data.fingerprint), resume=seq) as c:
         loop = c.restore(model, None)
@@ -180,7 +180,7 @@ def test_disk_full_during_a_write_keeps_the_previous_checkpoint(
     assert [w.seq for w in written] == [1, 2]
     real = ck.store.write_tensors
 
-    def full_disk(tensors, directory):  # noqa: ANN001, ANN202
+    def full_disk(tensors, directory):
         real(tensors, directory)  # the files are there, half of one is lost
         victim = next(p for p in Path(directory).iterdir() if p.suffix == ".distcp")
         victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
@@ -189,7 +189,7 @@ def test_disk_full_during_a_write_keeps_the_previous_checkpoint(
     monkeypatch.setattr(ck.store, "write_tensors", full_disk)
     model2 = build_model(config, data)
     root = tmp_path / "d"
-    with Checkpointer(root, _identity(config, data.fingerprint), Interval(steps=3)) as c:
+    with Checkpointer(root, _identity(config, data.fingerprint), CheckpointEvery(steps=3)) as c:
         c.start(model2)
         with pytest.raises(CheckpointError) as err:
             c.save(model2, None, ck.LoopState(step=99))
@@ -264,7 +264,7 @@ def test_a_method_that_cannot_checkpoint_says_so_in_one_line(
     data = get_prepared(config.dataset, progress=False)
     model = build_model(config, data)
     with (
-        Checkpointer(tmp_path / "fi", {}, Interval(steps=2)) as c,
+        Checkpointer(tmp_path / "fi", {}, CheckpointEvery(steps=2)) as c,
         pytest.raises(SuiteError, match="cannot be checkpointed yet") as err,
     ):
         train(model, data, config.train, config.seed, CPU, checkpoints=c)
@@ -272,10 +272,10 @@ def test_a_method_that_cannot_checkpoint_says_so_in_one_line(
 
 
 def test_interval_parsing_and_config_validation() -> None:
-    assert Interval.parse(500) == Interval(steps=500)
-    assert Interval.parse("30s") == Interval(seconds=30.0)
-    assert Interval.parse("5m") == Interval(seconds=300.0)
-    assert Interval.parse(None) is None
+    assert CheckpointEvery.parse(500) == CheckpointEvery(steps=500)
+    assert CheckpointEvery.parse("30s") == CheckpointEvery(seconds=30.0)
+    assert CheckpointEvery.parse("5m") == CheckpointEvery(seconds=300.0)
+    assert CheckpointEvery.parse(None) is None
     with pytest.raises(ConfigError, match="train.checkpoint_every"):
         tiny_config(overrides=["train.checkpoint_every=soon"])
     # where and how often a run is checkpointed does not change what it computes
@@ -297,9 +297,9 @@ def test_time_interval_checkpoints_by_wall_clock(tmp_path: Path) -> None:
     config = tiny_config(overrides=["train.max_steps=8"])
     data = get_prepared(config.dataset, progress=False)
     model = build_model(config, data)
-    with Checkpointer(tmp_path / "t", {}, Interval(seconds=1e-9)) as c:
+    with Checkpointer(tmp_path / "t", {}, CheckpointEvery(seconds=1e-9)) as c:
         train(model, data, config.train, config.seed, CPU, checkpoints=c)
     assert [w.step for w in c.written] == list(range(1, 9))  # due after every step
-    with Checkpointer(tmp_path / "u", {}, Interval.parse("1h")) as c:
+    with Checkpointer(tmp_path / "u", {}, CheckpointEvery.parse("1h")) as c:
         train(build_model(config, data), data, config.train, config.seed, CPU, checkpoints=c)
     assert c.written == []

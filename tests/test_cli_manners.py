@@ -157,7 +157,7 @@ def test_no_help_text_shows_a_doubled_percent() -> None:
     doubled = [" ".join(path) for path, parser in found if "%%" in parser.format_help()]
     assert not doubled
     (compare,) = [p for path, p in found if path == ("compare",)]
-    assert "95% t interval" in compare.format_help()
+    assert "90% interval" in compare.format_help()  # the one level (decisions.ALPHA)
 
 
 # --- progress in a log ----------------------------------------------------------------

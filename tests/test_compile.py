@@ -25,8 +25,8 @@ def test_compiled_backbone_keeps_eager_state_dict_keys() -> None:
     data = get_prepared(config.dataset, progress=False)
     eager = build_model(config.with_overrides({"train.compile": False}), data)
     compiled = build_model(config, data)
-    assert compiled.backbone._compiled_call_impl is not None  # noqa: SLF001 - the hook ran
-    assert eager.backbone._compiled_call_impl is None  # noqa: SLF001
+    assert compiled.backbone._compiled_call_impl is not None
+    assert eager.backbone._compiled_call_impl is None
     assert list(compiled.state_dict()) == list(eager.state_dict())
 
 

@@ -12,8 +12,8 @@ import pytest
 from suite.embeddings.budget import built_bytes, full_bytes
 from suite.reproduce.curve import rank_budget, rank_curve, ties_with_best, which_method_when
 from suite.reproduce.judge import judge
-from suite.reproduce.outcome import RunRecord
-from suite.reproduce.plan import needed_runs, plan_jobs, plan_runs
+from suite.reproduce.outcome import SeededRun
+from suite.reproduce.plan import needed_runs, plan_specs, selected_claims
 from suite.reproduce.spec import ReproductionSpec, load_spec
 
 DATA = {"train_rows": 2000, "val_rows": 500, "test_rows": 500}
@@ -52,9 +52,13 @@ def test_the_shipped_spec_expands_every_method_at_every_budget() -> None:
     assert min(spec.curve.budgets) == 2 and max(spec.curve.budgets) == 64
     ids = spec.curve.run_ids()
     assert len(ids) == len(set(ids)) == len(spec.curve.methods) * len(spec.curve.budgets)
-    assert set(ids) | {"full"} <= set(needed_runs(spec, "curve", None))
+    assert set(ids) | {"full"} <= set(
+        needed_runs(spec, "curve", selected_claims(spec, "curve", None), curve=True)
+    )
     quick = spec.profiles["curve-smoke"].budgets  # a cheaper smoke: some of the points
-    assert quick and set(needed_runs(spec, "curve-smoke", None)) == {
+    assert quick and set(
+        needed_runs(spec, "curve-smoke", selected_claims(spec, "curve-smoke", None), curve=True)
+    ) == {
         "full",
         *spec.curve.run_ids(quick),
     }
@@ -68,9 +72,11 @@ def test_the_shipped_spec_expands_every_method_at_every_budget() -> None:
 
 def test_curve_runs_get_their_options_on_the_data_and_share_the_seeds() -> None:
     spec = small_spec()
-    planned, where = plan_runs([spec], "quick", None, {})
+    plan = plan_specs([spec], "quick")
+    planned, where = plan.runs, plan.where
     # alpt's smallest width (2 bits) holds 16 of full's 68 bytes a row: not 1/8
     assert ("curve_test", "alpt_at_8") not in where
+    assert "smallest setting" in plan.unreachable[("curve_test", "alpt_at_8")]  # why, kept
     assert {r for _, r in where} == {"full", "hash_at_2", "hash_at_8", "alpt_at_2"}
     assert len(set(where.values())) == 4  # distinct configs
     configs = {r: planned[k].config for (_, r), k in where.items()}
@@ -83,10 +89,11 @@ def test_curve_runs_get_their_options_on_the_data_and_share_the_seeds() -> None:
         options = configs[run].embedding.typed_options().model_dump()
         real = built_bytes("hash", options, cards)
         assert 0.99 * fraction * full <= real <= fraction * full
-    records = {k: RunRecord(e.roles[0], e.config, [0]) for k, e in planned.items()}
-    judged = judge(spec, "quick", None, records, where)  # the absent point is no run of it
+    records = {k: SeededRun(e.roles[0], e.config, [0]) for k, e in planned.items()}
+    judged = judge(plan, spec, records)  # the absent point is no run of it
     assert set(judged.runs) == {"full", "hash_at_2", "hash_at_8", "alpt_at_2"}
-    jobs = plan_jobs(planned, [0, 1, 2, 3, 4], "quick")
+    assert judged.unreachable == {"alpt_at_8": plan.unreachable[("curve_test", "alpt_at_8")]}
+    jobs = plan.jobs
     seeds = {}
     for job in jobs:
         seeds.setdefault(job.key, []).append(job.seed)
@@ -166,15 +173,15 @@ def test_the_ranking_keeps_the_test_sets_noise_in_a_report_regenerated_from_stor
     predictions ranks with the same shared DeLong variance as the reproduction that had them,
     whichever method is best."""
     from suite.reproduce.claims import pair_noise
-    from suite.reproduce.curve import _test_variance
+    from suite.reproduce.curve import test_variance
     from suite.reproduce.judge import NoiseBook, keep_noise
-    from suite.reproduce.runner import noise_pairs
     from suite.reproduce.store import read_noise, write_noise
     from suite.results import write_arrays
     from tests.conftest import accuracy_result
 
     spec = small_spec()
-    planned, where = plan_runs([spec], "quick", None, {})
+    plan = plan_specs([spec], "quick")
+    planned, where = plan.runs, plan.where
     seeds = [0, 1, 2, 3, 4]
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 800).astype(np.float32)
@@ -182,7 +189,7 @@ def test_the_ranking_keeps_the_test_sets_noise_in_a_report_regenerated_from_stor
     kept, records = {}, {}
     for key, entry in planned.items():
         run = next(r for (_, r), k in where.items() if k == key)
-        records[key] = RunRecord(entry.roles[0], entry.config, seeds)
+        records[key] = SeededRun(entry.roles[0], entry.config, seeds)
         for seed in seeds:
             logits = labels * (1.0 + 0.1 * len(run)) + common + rng.normal(size=800)
             kept[(run, seed)] = (labels, logits)
@@ -195,19 +202,19 @@ def test_the_ranking_keeps_the_test_sets_noise_in_a_report_regenerated_from_stor
                 metrics={"test_auc": 0.7, "embedding_total_bytes": 1.0},
                 details={"arrays": details},
             )
-    pairs = noise_pairs([spec], "quick", None, where)
+    pairs = plan.noise_pairs()
     hashed = {r: k for (_, r), k in where.items()}
     assert (hashed["hash_at_2"], hashed["alpt_at_2"]) in pairs  # hash before alpt, as listed
     assert {(hashed[r], "") for r in hashed} <= pairs
 
     book = NoiseBook({}, predictions=True)
-    live = _test_variance(judge(spec, "quick", None, records, where, book))
+    live = test_variance(judge(plan, spec, records, book))
     expected = pair_noise(lambda r, s: kept[(r, s)], "hash_at_2", "alpt_at_2", seeds)
     assert live("alpt_at_2", "hash_at_2") == (expected[0].shared, 800)
     assert live("hash_at_2", "alpt_at_2") == live("alpt_at_2", "hash_at_2")
     assert live("full", "")[1] == 800
 
-    keep_noise(spec, "quick", None, records, where, book)  # what a reproduction stores
+    keep_noise(plan, spec, records, book)  # what a reproduction stores
     assert {(left, right) for left, right, _ in book.entries} == pairs
     assert len(book.entries) == len(pairs) * len(seeds)
     assert len(book._components) == len(planned) * len(seeds)  # each job's once, shared by pairs
@@ -216,7 +223,7 @@ def test_the_ranking_keeps_the_test_sets_noise_in_a_report_regenerated_from_stor
     for path in tmp_path.rglob("*.npz"):
         path.unlink()  # as on a fresh clone
     stored = NoiseBook(read_noise(tmp_path), predictions=False)
-    regenerated = _test_variance(judge(spec, "quick", None, records, where, stored))
+    regenerated = test_variance(judge(plan, spec, records, stored))
     for pair, figures in before.items():
         assert figures[0] > 0 and regenerated(*pair) == (pytest.approx(figures[0]), 800)
 
@@ -226,12 +233,14 @@ def test_a_step_cost_timed_in_another_sitting_than_the_references_is_marked() ->
     trained in different sittings the ratio also carries the machine's drift between them,
     so the row is marked and the table says why, rather than passing it off as timed side
     by side; runs of one sitting stay unmarked."""
-    from suite.reproduce.curve import APART, curve_section
+    from suite.reproduce.curve import APART
     from suite.reproduce.judge import NoiseBook
+    from suite.reproduce.report import curve_section
     from tests.conftest import accuracy_result
 
     spec = small_spec()
-    planned, where = plan_runs([spec], "quick", None, {})
+    plan = plan_specs([spec], "quick")
+    planned, where = plan.runs, plan.where
     name_of = {key: run for (_, run), key in where.items()}
     seeds = [0, 1, 2, 3, 4]
     rng = np.random.default_rng(0)
@@ -240,7 +249,7 @@ def test_a_step_cost_timed_in_another_sitting_than_the_references_is_marked() ->
         run = name_of[key]
         budget = 1 if run == "full" else int(run.rsplit("_", 1)[1])
         day = 2 if run == "hash_at_8" else 1  # trained again a day later
-        records[key] = RunRecord(entry.roles[0], entry.config, seeds)
+        records[key] = SeededRun(entry.roles[0], entry.config, seeds)
         for seed in seeds:
             auc = 0.7 + 0.01 * rng.normal()
             records[key].results[seed] = accuracy_result(
@@ -254,8 +263,8 @@ def test_a_step_cost_timed_in_another_sitting_than_the_references_is_marked() ->
                 created=f"2026-01-0{day}T10:{10 + 2 * seed}:00+00:00",
                 duration_s=100.0,
             )
-    outcome = judge(spec, "quick", None, records, where, NoiseBook({}, predictions=False))
-    lines = "\n".join(curve_section(outcome, {})).splitlines()
+    outcome = judge(plan, spec, records, NoiseBook({}, predictions=False))
+    lines = "\n".join(curve_section(outcome)).splitlines()
     rows = {
         (cells[1].strip(), cells[2].strip()): cells[-2].strip()
         for line in lines
@@ -272,5 +281,5 @@ def test_a_step_cost_timed_in_another_sitting_than_the_references_is_marked() ->
             record.results[seed] = result.model_copy(
                 update={"created": f"2026-01-01T10:{10 + 2 * seed}:00+00:00"}
             )
-    lines = curve_section(judge(spec, "quick", None, records, where, NoiseBook({}, False)), {})
+    lines = curve_section(judge(plan, spec, records, NoiseBook({}, False)))
     assert "2.00x [2.00, 2.00]" in "\n".join(lines) and not any(APART in x for x in lines)

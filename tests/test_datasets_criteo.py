@@ -273,7 +273,7 @@ def test_failed_prepare_publishes_nothing_and_keeps_the_old(
     calls = {"n": 0}
     original = PreparedWriter.append
 
-    def dying_append(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+    def dying_append(self, *args, **kwargs):
         calls["n"] += 1
         if calls["n"] > 4:
             raise KeyboardInterrupt

@@ -204,6 +204,7 @@ def test_full_checkpoint_disk_fails_the_run_in_one_line(tmp_path: Path, small_fs
 
 @pytest.mark.slow
 def test_full_results_dir_fails_the_run_in_one_line(tmp_path: Path, small_fs: Path) -> None:
+    """Refused before training (issue 71): no MLflow run, no figures lost."""
     fill(small_fs)
     uri = tracking_uri(tmp_path)
     results = small_fs / "results"
@@ -214,25 +215,39 @@ def test_full_results_dir_fails_the_run_in_one_line(tmp_path: Path, small_fs: Pa
     assert line.startswith(f"error: {results}/") and ": disk full (needs ~" in line
     assert "point tracking.results_dir elsewhere" in line
     assert _leftovers(small_fs) == []
-    assert _statuses(uri) == ["FAILED"]
+    assert _statuses(uri) == []
 
 
 @pytest.mark.slow
 def test_full_out_fails_the_run_in_one_line_and_keeps_the_result(
     tmp_path: Path, small_fs: Path
 ) -> None:
-    """``--out`` on a full disk: the line names the file, its size and ``--out``; the
-    result under ``tracking.results_dir`` (another disk) was written first and is kept."""
-    fill(small_fs)
+    """``--out`` on a disk that fills during training (a full one is refused before it):
+    the line names the file, its size and ``--out``; the result under
+    ``tracking.results_dir`` (another disk) was written first and is kept."""
     uri = tracking_uri(tmp_path)
     out = small_fs / "out" / "result.json"
-    done = _suite(tmp_path, "run", "--tracking-uri", uri, "--out", str(out), *TINY_FLAGS)
-    line = _error_line(done)
-    assert line.startswith(f"error: {out}: disk full (needs ~") and "KiB, 0 KiB free)" in line
+    fill(small_fs)
+    refused = _error_line(_suite(tmp_path, "run", "--no-tracking", "--out", str(out), *TINY_FLAGS))
+    assert refused.startswith(f"error: {out}: disk full") and "point --out elsewhere" in refused
+    assert not list((tmp_path / "results").rglob("*.json"))  # refused before training
+    (small_fs / "filler").unlink()
+    config = tiny_config(tracking=True, overrides=[f"tracking.uri={uri}"])
+    filled: list[Path] = []
+
+    def fill_once(metrics: dict[str, float], step: int) -> None:
+        if not filled:
+            filled.append(fill(small_fs))
+
+    with pytest.raises(DiskFullError) as caught:
+        execute(config, out=out, on_validation=fill_once)
+    line = str(caught.value)
+    assert line.startswith(f"{out}: disk full (needs ~") and "KiB, 0 KiB free)" in line
     assert "point --out elsewhere" in line
     kept = sorted((tmp_path / "results").rglob("*.json"))
     assert len(kept) == 1
     assert line.endswith(f"the result was written and is kept: {kept[0].relative_to(tmp_path)}")
+    filled[0].unlink()
     assert _leftovers(small_fs) == []
     assert _statuses(uri) == ["FAILED"]
 
@@ -308,12 +323,12 @@ def test_a_new_store_on_a_full_disk_is_one_line_and_leaves_no_init_file(small_fs
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"MLflow tracking store {uri}: cannot open")
     assert "disk full (needs over ~" in message and "point --tracking-uri elsewhere" in message
-    # no .mlflow.db.init-<pid>, no -journal, no mlflow.db: only the (empty) lock file
-    assert _leftovers(small_fs) == ["mlflow.db.lock"]
+    # no .mlflow.db.init-<pid>, no -journal, no mlflow.db, no lock file (issue 71)
+    assert _leftovers(small_fs) == []
     (small_fs / "filler").unlink()
     client, _ = open_client(uri)  # with room again, the store is built and opens
     assert client.search_experiments()
-    assert _leftovers(small_fs) == ["mlflow.db", "mlflow.db.lock"]
+    assert _leftovers(small_fs) == ["mlflow.db"]
 
 
 def test_leaderboard_render_onto_a_full_disk_is_one_line(

@@ -308,7 +308,7 @@ def _train_stop_resume(rank: int, world: int, root: str, out: str) -> None:
     data = get_prepared(config.dataset, progress=False)
     parallel, cpu = Parallel(rank, world), torch.device("cpu")
 
-    def run(stop_at: int | None = None, resume: bool = False):  # noqa: ANN202
+    def run(stop_at: int | None = None, resume: bool = False):
         model = build_model(config, data, parallel)
         checkpoints = run_checkpoints(config, data.fingerprint, resume, parallel)
 
@@ -460,10 +460,10 @@ def test_resuming_on_another_number_of_ranks_is_refused_in_one_line(tmp_path: Pa
 
 
 def _due_by_the_clock(rank: int, world: int, root: str, out: str) -> None:
-    from suite.engine.checkpoint import Checkpointer, Interval
+    from suite.engine.checkpoint import Checkpointer, CheckpointEvery
 
     checkpoints = Checkpointer(
-        Path(root) / f"rank-{rank}", {}, Interval(seconds=60.0), ranks=Parallel(rank, world)
+        Path(root) / f"rank-{rank}", {}, CheckpointEvery(seconds=60.0), ranks=Parallel(rank, world)
     )
     if rank == 0:  # this rank's clock says a minute has passed, the other's does not
         checkpoints._last_time -= 120

@@ -129,7 +129,7 @@ def test_readme_grouping_gives_one_row_per_config(results: Path) -> None:
     start = next(i for i, line in enumerate(lines) if line.startswith("runs = load_results"))
     end = next(i for i, line in enumerate(lines) if line.startswith("print(runs.groupby"))
     namespace = {"runs": load_results(results)}
-    exec("\n".join(lines[start + 1 : end]), namespace)  # noqa: S102
+    exec("\n".join(lines[start + 1 : end]), namespace)
     expression = lines[end].removeprefix("print(").removesuffix(")")
-    table = eval(expression, namespace)  # noqa: S307
+    table = eval(expression, namespace)
     assert len(table) == 4 and (table["count"] == 2).all()

@@ -348,17 +348,17 @@ def test_killed_run_resumes_bit_identically() -> None:
 
 
 @pytest.mark.parametrize("incremental", [False, True])
-def test_checkpoint_restores_the_whole_store(tmp_path, incremental: bool) -> None:  # noqa: ANN001
+def test_checkpoint_restores_the_whole_store(tmp_path, incremental: bool) -> None:
     """The last checkpoint (step 18, after four pruning events) restored into a fresh
     model equals the store trained to step 18: every buffer, the memory history and the
     events. FIITED has no row groups, so an incremental checkpoint writes it whole."""
-    from suite.engine.checkpoint import Checkpointer, CheckpointPolicy, Interval
+    from suite.engine.checkpoint import Checkpointer, CheckpointEvery, CheckpointPolicy
 
     config = tiny_config(embedding="fiited", overrides=[*FIITED_RUN[:2], "train.max_steps=20"])
     data = get_prepared(config.dataset, progress=False)
     identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
     policy = CheckpointPolicy(incremental=incremental, restore_budget=5.0)
-    with Checkpointer(tmp_path / "c", identity, Interval(steps=6), policy) as c:
+    with Checkpointer(tmp_path / "c", identity, CheckpointEvery(steps=6), policy) as c:
         train(build_model(config, data), data, config.train, config.seed, CPU, checkpoints=c)
     assert [w.step for w in c.written] == [6, 12, 18]
     reference = build_model(config, data)

@@ -12,7 +12,7 @@ import suite.gpu_check as gpu_check
 from suite.gpu_check import DRY_RUN, NO_CUDA, STEPS, Step, slug, table
 from suite.gpu_check.__main__ import main
 from suite.gpu_check.bandwidth import TBEShape, tbe_bytes
-from suite.gpu_check.steps import Outcome, expected_quantized_bytes
+from suite.gpu_check.steps import StepOutcome, expected_quantized_bytes
 from suite.registry import EMBEDDINGS
 
 
@@ -89,13 +89,13 @@ def test_fbgemm_row_padding_by_hand() -> None:
 def test_a_failing_step_is_recorded_with_its_reason_and_the_others_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(device: torch.device) -> Outcome:
+    def broken(device: torch.device) -> StepOutcome:
         raise RuntimeError("kernel exploded\nsecond line")
 
-    def wrong(device: torch.device) -> Outcome:
-        return Outcome({"bytes": 1}, "1 B", ["bytes differ"])
+    def wrong(device: torch.device) -> StepOutcome:
+        return StepOutcome({"bytes": 1}, "1 B", ["bytes differ"])
 
-    fine = Step("fine", "fine", lambda device: Outcome({"x": 1.0}, "x 1.0"))
+    fine = Step("fine", "fine", lambda device: StepOutcome({"x": 1.0}, "x 1.0"))
     steps = [Step("broken", "broken", broken), Step("wrong", "wrong", wrong), fine]
     monkeypatch.setattr(gpu_check, "STEPS", steps)
     assert main(["--dry-run", "--out", str(tmp_path)]) == 1
@@ -114,3 +114,51 @@ def test_a_partial_check_writes_its_own_record_beside_the_full_one(tmp_path: Pat
     report = json.loads((tmp_path / "gpu-dry-run-methods.json").read_text())
     assert [r["step"] for r in report["steps"]] == ["methods", "methods"]
     assert not (tmp_path / "gpu-dry-run.json").exists()
+
+
+def test_the_kaggle_step_dry_run_trains_the_full_job_through_the_kaggle_loader(
+    tmp_path: Path,
+) -> None:
+    """Without CUDA the ``full`` DLRM job trains, both backends, at the CPU batches, on a
+    tiny gen_criteo file through ``criteo-kaggle``: rates, the profile's phases and the
+    targets (not judged on CPU) are in the record."""
+    from suite.gpu_check.kaggle import BACKENDS, PHASES, SIZES, TARGETS, full_job
+
+    assert main(["--dry-run", "--only", "kaggle-full", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "gpu-dry-run-kaggle-full.json").read_text())
+    cuda, cpu = report["steps"]
+    assert (cuda["device"], cuda["status"]) == ("cuda", "skipped")
+    assert cuda["reason"] in (NO_CUDA, DRY_RUN)
+    assert cpu["status"] == "ok", cpu["reason"]
+    figures = cpu["figures"]
+    job = full_job()
+    assert job["dataset.name"] == "criteo-kaggle" and job["dataset.protocol"] == "dlrm"
+    assert job["embedding.options.dim"] == 16 and job["model.options.top_mlp"] == "512-256"
+    assert figures["dataset"]["name"] == "criteo-kaggle"
+    batches = SIZES["cpu"]["batches"]
+    assert set(figures["runs"]) == {f"{b}_b{n}" for b in BACKENDS for n in batches}
+    for name, run in figures["runs"].items():
+        assert run["samples_per_s"] > 0 and run["table_backends"] == [name.split("_")[0]]
+        phases = run["profile"]
+        assert all(phases[f"{phase}_ms"] >= 0 for phase in PHASES), phases
+        for phase in ("embedding_forward", "embedding_backward", "dense_forward", "optimizer"):
+            assert phases[f"{phase}_ms"] > 0, (name, phase)
+        assert run["gpu_busy_share"] is None and phases["host_gaps_ms"] is None
+        assert 0 < run["unique_rows_per_batch"] <= run["batch"] * run["tables"]
+    targets = figures["versus_targets"]
+    assert {name: targets[name]["met"] for name in TARGETS} == dict.fromkeys(TARGETS)
+    assert targets["fbgemm_vs_torch_samples_per_s"]["value"] > 0
+    assert "fbgemm_vs_torch_samples_per_s n/a" in cpu["summary"]
+
+
+def test_gpu_busy_time_is_the_union_of_the_device_spans() -> None:
+    from types import SimpleNamespace
+
+    from suite.gpu_check.kaggle import _busy_seconds
+
+    def span(lo: float, hi: float, device: object = torch.autograd.DeviceType.CUDA) -> object:
+        return SimpleNamespace(time_range=SimpleNamespace(start=lo, end=hi), device_type=device)
+
+    events = [span(0, 10), span(5, 12), span(20, 30), span(21, 22), span(0, 100, "cpu")]
+    prof = SimpleNamespace(events=lambda: events)
+    assert _busy_seconds(prof) == pytest.approx(22e-6)  # µs spans: [0, 12] and [20, 30]

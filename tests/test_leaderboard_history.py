@@ -25,7 +25,7 @@ from suite.leaderboard.render import INDEX, Item, groups, render_html, render_ma
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.submit import build_submission, write_submission
 from suite.leaderboard.validate import STALE, validate
-from suite.leaderboard.verified import Verification, Verifications
+from suite.leaderboard.verified import Verification, Verifications, bound_figures
 from suite.results import TaskResult
 from suite.stats import mean_ci
 from tests.conftest import tiny_config
@@ -103,7 +103,7 @@ def test_a_record_missing_a_field_the_table_does_not_know_is_stale(tmp_path: Pat
     board = board_with(tmp_path, sub)
     path = board / "submissions" / sub.filename()
     records = Verifications()
-    records.add(path.name, _verification(dt.date(2025, 1, 3)))
+    records.add(path.name, _verification(dt.date(2025, 1, 3), sub))
     records.save(board / "verifications.yaml")
     report = validate(board)
     assert report.problems == []
@@ -127,8 +127,12 @@ def test_without_its_table_entry_an_old_record_reads_stale(
     assert "embedding.options.init" in stale.message
 
 
-def _verification(date: dt.date, commit: str = "0" * 40) -> Verification:
+def _verification(date: dt.date, sub: Submission, commit: str = "0" * 40) -> Verification:
+    """A bit-identical re-run of seed 1 of ``sub``, bound to its content and figures."""
+    (run,) = [r for r in sub.seeds if r.seed == 1]
     return Verification(
+        content_hash=sub.content_hash(),
+        figures=bound_figures(sub, 1, run.metrics),
         seed=1,
         date=date,
         device="cpu",
@@ -147,7 +151,7 @@ def test_a_verification_older_than_a_result_change_is_stale(
     sub = make_board_entry()
     board = board_with(tmp_path, sub)
     records = Verifications()
-    records.add(sub.filename(), _verification(dt.date(2025, 1, 3)))
+    records.add(sub.filename(), _verification(dt.date(2025, 1, 3), sub))
     records.save(board / "verifications.yaml")
     assert validate(board).status(board / "submissions" / sub.filename()) == "verified"
     change = ResultChange("ffffffffffff", dt.date(2025, 2, 1), "a kernel fix")
@@ -156,7 +160,7 @@ def test_a_verification_older_than_a_result_change_is_stale(
     assert report.status(board / "submissions" / sub.filename()) == "stale"
     assert any("a kernel fix" in w.message for w in report.warnings if w.code == STALE)
     # a re-run after the change makes it verified again
-    records.add(sub.filename(), _verification(dt.date(2025, 2, 2)))
+    records.add(sub.filename(), _verification(dt.date(2025, 2, 2), sub))
     records.save(board / "verifications.yaml")
     assert validate(board).status(board / "submissions" / sub.filename()) == "verified"
 

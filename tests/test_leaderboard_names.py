@@ -37,12 +37,26 @@ def board(tmp_path: Path) -> Path:
     root = tmp_path / "leaderboard"
     shutil.copytree(REPO / "leaderboard", root, ignore=shutil.ignore_patterns("*.html"))
     assert committed_files(root / "submissions") is None
+    keep_rerun_entries(root)
     return root
+
+
+def keep_rerun_entries(board: Path) -> None:
+    """Drop the entries regenerated from committed reproduction runs (their runs live
+    beside the repository's leaderboard, not this copy), and their records."""
+    from suite.leaderboard.verified import Regeneration, Verifications
+
+    records = Verifications.load(board / "verifications.yaml")
+    for name, entries in list(records.data.verified.items()):
+        if any(isinstance(r, Regeneration) for r in entries):
+            (board / "submissions" / name).unlink(missing_ok=True)
+            del records.data.verified[name]
+    records.save(board / "verifications.yaml")
 
 
 def board_entry(board: Path) -> Submission:
     """The board's full-embedding entry (the one the hostile tester copied)."""
-    (path,) = (board / "submissions").glob("*-dlrm-full-*.json")
+    (path,) = (board / "submissions").glob("*-dlrm-full-recsuite-maintainers-*.json")
     return Submission.model_validate_json(path.read_text())
 
 
@@ -113,7 +127,9 @@ def test_lookalike_spellings_are_one_name(spelling: str) -> None:
 )
 def test_nfkc_lookalikes_are_duplicates(spelling: str) -> None:
     first = Submission.model_validate_json(
-        next((REPO / "leaderboard" / "submissions").glob("*-dlrm-full-*.json")).read_text()
+        next(
+            (REPO / "leaderboard" / "submissions").glob("*-dlrm-full-recsuite-maintainers-*.json")
+        ).read_text()
     )
     twin = first.model_copy(update={"submitter": spelling, "date": dt.date(2030, 1, 1)})
     (dupe,) = check_duplicates(board_order([("twin", twin), ("first", first)], REPO / "x"))
@@ -172,7 +188,9 @@ def test_equal_dates_outside_git_keep_the_first_by_content_whatever_the_file_nam
 
 def test_board_order_ignores_file_names() -> None:
     first = Submission.model_validate_json(
-        next((REPO / "leaderboard" / "submissions").glob("*-dlrm-full-*.json")).read_text()
+        next(
+            (REPO / "leaderboard" / "submissions").glob("*-dlrm-full-recsuite-maintainers-*.json")
+        ).read_text()
     )
     twin = first.model_copy(update={"submitter": "Someone Else"})
     order = [s for _, s in board_order([("a.json", first), ("b.json", twin)], REPO / "none")]

@@ -16,7 +16,11 @@ import pytest
 from suite.cli import main
 
 SHIPPED = sorted(
-    (Path(__file__).resolve().parents[1] / "leaderboard" / "submissions").glob("*.json")
+    path
+    for path in (Path(__file__).resolve().parents[1] / "leaderboard" / "submissions").glob("*.json")
+    # the entries regenerated from committed reproduction runs are checked by validate
+    # (tests/test_leaderboard_reproduction.py), not re-trained here
+    if "-recsuite-reproduction-" not in path.name
 )
 
 

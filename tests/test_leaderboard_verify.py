@@ -295,6 +295,11 @@ def test_verify_record_marks_the_entry_verified(
     (record,) = Verifications.load(board / "verifications.yaml").of(path.name)
     assert record.seed == SEEDS[0] and record.rule == "bit-identical"
     assert record.max_abs_difference == 0.0
+    # it binds the file's content and the figures the re-run measured (timings aside)
+    sub = Submission.model_validate_json(path.read_text())
+    assert record.content_hash == sub.content_hash()
+    (seed,) = [run for run in sub.seeds if run.seed == SEEDS[0]]
+    assert record.figures == {k: v for k, v in seed.metrics.items() if k != "train_samples_per_s"}
     report = validate(board)
     assert report.ok and report.warnings == []
     assert report.verifications.is_verified(path.name)

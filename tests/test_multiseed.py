@@ -65,7 +65,7 @@ def test_a_failing_seed_fails_the_parent(tmp_path: Path, monkeypatch: pytest.Mon
     uri = tracking_uri(tmp_path)
     real = accuracy.AccuracyTask.run
 
-    def run(self, ctx):  # noqa: ANN001, ANN202
+    def run(self, ctx):
         if ctx.config.seed == 2:
             raise RuntimeError("boom")
         return real(self, ctx)

@@ -18,7 +18,7 @@ from suite.datasets.criteo import (
     KAGGLE_EXAMPLES_PER_ROW,
     KAGGLE_ROWS,
 )
-from suite.reproduce.regime import COLUMNS, regime_figures, regime_rows
+from suite.reproduce.regime_stats import COLUMNS, regime_figures, regime_rows
 from suite.runs.single import execute
 from suite.tasks.characterize import CharacterizeOptions, characterize
 from tests.conftest import SHARED_DATA, tiny_config

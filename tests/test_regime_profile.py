@@ -3,6 +3,7 @@ finished ones, adopted from the standard profile's results, and the verdict acro
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,9 @@ import yaml
 from suite.errors import ConfigError
 from suite.reproduce.claims import ClaimOutcome
 from suite.reproduce.outcome import PaperOutcome, Reproduction
-from suite.reproduce.plan import run_config
+from suite.reproduce.plan import ReproductionPlan, build_plan, run_config
 from suite.reproduce.regime_report import across_counts, render_regime_report, verdict_rows
-from suite.reproduce.regimes import (
+from suite.reproduce.regime_runs import (
     PROFILE,
     Regime,
     RegimeOutcome,
@@ -27,9 +28,8 @@ from suite.reproduce.regimes import (
     reproduce_regimes,
 )
 from suite.reproduce.runner import reproduce
-from suite.reproduce.spec import list_specs, load_spec
+from suite.reproduce.spec import TUNED_ENV, list_specs, load_spec
 from suite.reproduce.store import RUNS_DIR, read_noise, read_result, write_noise
-from suite.reproduce.tuning import TUNED_ENV
 from suite.results import ARRAYS_DETAIL
 from suite.stats import Interval
 from tests.conftest import TINY_DATA, tracking_uri
@@ -91,7 +91,7 @@ def overrides(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_shipped_regimes_and_regime_profiles_load() -> None:
-    from suite.reproduce.regimes import empirical_claim_ids
+    from suite.reproduce.regime_runs import empirical_claim_ids
 
     regimes = load_regimes()
     assert list(regimes)[0] == "today" and regimes["today"].override == {}
@@ -155,15 +155,8 @@ def test_runs_x_regimes_x_seeds_expand_into_distinct_jobs_with_the_same_seeds(
 
 def test_regime_run_adopts_standard_jobs_resumes_and_regenerates(tmp_path: Path, spec: str) -> None:
     std, out = tmp_path / "standard", tmp_path / "regime"
-    reproduce(
-        "standard",
-        [spec],
-        ["hash-keeps-auc"],
-        overrides(tmp_path),
-        False,
-        workers=1,
-        report_dir=std,
-    )
+    plan = build_plan("standard", [spec], ["hash-keeps-auc"], overrides(tmp_path))
+    reproduce(plan, std, workers=1, progress=False)
     run = {"progress": False, "report_dir": out, "workers": 1}  # spawned workers take seconds
     first = reproduce_regimes([spec], None, overrides(tmp_path), REGIMES, std, **run)
     assert [(r.name, r.jobs, r.adopted) for r in first] == [("today", 4, 4), ("longtail", 4, 0)]
@@ -180,7 +173,7 @@ def test_regime_run_adopts_standard_jobs_resumes_and_regenerates(tmp_path: Path,
     # the printed plan counts what a resume would train: a stored job whose logits are gone
     # (another machine) trains again where its pair's test-set noise is not stored
     plans = regime_plans([spec], None, overrides(tmp_path), REGIMES)
-    assert [len(p.pairs) for p in plans.values()] == [1, 1]
+    assert [len(p.noise_pairs()) for p in plans.values()] == [1, 1]
     plan = plan_text(plans, out, std)
     assert all(", 0 to train," in line for line in plan), plan
     longtail = {j.key for j in plans["longtail"].jobs}
@@ -235,7 +228,12 @@ def outcome(claim_id: str, verdict: str, mean: float) -> ClaimOutcome:
 def regime_outcome(name: str, verdicts: dict[str, tuple[str, float]]) -> RegimeOutcome:
     claims = [outcome(cid, v, m) for cid, (v, m) in verdicts.items()]
     paper = PaperOutcome(load_spec("qr"), PROFILE, {}, claims)
-    return RegimeOutcome(name, Regime(text=name), Reproduction(PROFILE, [paper], [0], {}), 0)
+    return RegimeOutcome(name, Regime(text=name), Reproduction(qr_plan(), [paper], [0]), 0)
+
+
+@functools.cache
+def qr_plan() -> ReproductionPlan:
+    return build_plan(PROFILE, ["qr"])
 
 
 def test_the_across_column_on_constructed_verdicts() -> None:
@@ -273,7 +271,7 @@ def test_the_across_column_on_constructed_verdicts() -> None:
 
 def test_a_report_of_some_claims_names_the_ones_it_leaves_out() -> None:
     from suite.reproduce.regime_report import not_in_report
-    from suite.reproduce.regimes import empirical_claim_ids
+    from suite.reproduce.regime_runs import empirical_claim_ids
 
     outcomes = [regime_outcome(n, {"qr-above-hash-2": ("holds", 0.002)}) for n in ("a", "b")]
     every = empirical_claim_ids(None, None)
@@ -286,7 +284,7 @@ def test_the_checked_in_regime_report_judges_every_empirical_compression_claim()
     """Issue 38's table: every empirical claim the regime profile judges is a row of the
     committed results/regime/REPORT.md (a claim added to a spec without its regime runs
     fails here until they are trained and the report regenerated)."""
-    from suite.reproduce.regimes import empirical_claim_ids
+    from suite.reproduce.regime_runs import empirical_claim_ids
 
     report = (Path(__file__).resolve().parents[1] / "results" / "regime" / "REPORT.md").read_text()
     texts = {c.id: c.text for s in list_specs() for c in load_spec(s).claims}

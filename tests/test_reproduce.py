@@ -359,10 +359,10 @@ def test_family_members_are_ordinary_accuracy_runs() -> None:
 
 
 def test_a_config_several_papers_share_trains_once_with_every_role() -> None:
-    from suite.reproduce.plan import plan_runs, select_specs
+    from suite.reproduce.plan import build_plan
 
-    specs = select_specs(["qr", "mixed_dim", "fiited", "dlrm"], "quick")
-    planned, where = plan_runs(specs, "quick", None, {})
+    plan = build_plan("quick", ["qr", "mixed_dim", "fiited", "dlrm"])
+    planned, where = plan.runs, plan.where
     full = where[("mixed_dim", "full")]
     assert where[("fiited", "full")] == where[("dlrm", "full")] == full
     assert planned[full].roles == ["mixed_dim/full", "fiited/full", "dlrm/full"]
@@ -544,22 +544,23 @@ def test_a_noise_file_of_all_seeds_judged_at_once_reads_as_it_was_judged(tmp_pat
 # --- claims on timings -----------------------------------------------------------------
 
 
-def _memsys_reproduction(speedups: list[float]):  # noqa: ANN202
+def _memsys_reproduction(speedups: list[float]):
     """The memsys claims on an int8 serving speed-up (a timing) and on memory cost (not),
     judged on given per-seed figures of the spec's real run configs."""
     from suite.environment import environment
     from suite.reproduce.judge import judge
-    from suite.reproduce.outcome import Reproduction, RunRecord
-    from suite.reproduce.plan import plan_runs, select_specs
+    from suite.reproduce.outcome import Reproduction, SeededRun
+    from suite.reproduce.plan import build_plan
     from suite.results import TaskResult
 
     claim_ids = ["int8-serves-more", "scm-cheaper-than-dram"]
-    (spec,) = select_specs(["memsys"], "quick", claim_ids)
-    planned, where = plan_runs([spec], "quick", claim_ids, {})
+    plan = build_plan("quick", ["memsys"], claim_ids)
+    (spec,) = plan.specs
+    planned = plan.runs
     env = environment("cpu")
     records = {}
     for key, entry in planned.items():
-        record = RunRecord(entry.roles[0], entry.config, SEEDS)
+        record = SeededRun(entry.roles[0], entry.config, SEEDS)
         for seed in SEEDS:
             metrics = (
                 {"int8_speedup_at_target": speedups[seed]}
@@ -584,8 +585,8 @@ def _memsys_reproduction(speedups: list[float]):  # noqa: ANN202
                 environment=env,
             )
         records[key] = record
-    outcome = judge(spec, "quick", claim_ids, records, where)
-    return Reproduction("quick", [outcome], SEEDS, {})
+    outcome = judge(plan, spec, records)
+    return Reproduction(plan, [outcome], SEEDS)
 
 
 def test_a_claim_on_a_timing_is_judged_under_timings_and_counted_apart() -> None:

@@ -468,12 +468,10 @@ def test_jobs_run_seed_by_seed_so_a_stop_leaves_whole_seeds() -> None:
     noise (the covariance between seeds needs all their predictions at once); seed by seed,
     a stop leaves whole seeds, whose noise is stored, each seed's jobs longest first."""
     from suite.reproduce import runner
-    from suite.reproduce.plan import plan_jobs, plan_runs, profile_seeds, select_specs
+    from suite.reproduce.plan import build_plan
 
-    specs = select_specs(["qr"], "quick", None)
-    planned, _ = plan_runs(specs, "quick", None, {})
-    seeds = profile_seeds(specs, "quick")
-    jobs = plan_jobs(planned, seeds, "quick")
+    plan = build_plan("quick", ["qr"])
+    planned, seeds, jobs = plan.runs, plan.seeds, plan.jobs
     is_qr = {key: planned[key].roles[0].startswith("qr/qr") for key in planned}
     costs = {(j.key, j.seed): 10.0 if is_qr[j.key] else 1.0 for j in jobs}  # QR slower
     ordered = runner.job_order(jobs, costs)
@@ -490,11 +488,9 @@ def test_jobs_run_seed_by_seed_so_a_stop_leaves_whole_seeds() -> None:
 def test_reproduction_jobs_log_no_validation_curve_and_keep_their_config_hash() -> None:
     """The curve is MLflow's view of training, which no verdict reads; it is tracking, so
     turning it off leaves every job's config hash (and its stored results) as they were."""
-    from suite.reproduce.plan import plan_jobs, plan_runs, profile_seeds, select_specs
+    from suite.reproduce.plan import build_plan
 
-    specs = select_specs(["dhe"], "quick", None)
-    planned, _ = plan_runs(specs, "quick", None, {})
-    jobs = plan_jobs(planned, profile_seeds(specs, "quick"), "quick")
+    jobs = build_plan("quick", ["dhe"]).jobs
     assert jobs and all(job.config.tracking.val_curve == 0 for job in jobs)
     for job in jobs:
         with_curve = job.config.with_overrides({"tracking.val_curve": 10})
@@ -504,15 +500,10 @@ def test_reproduction_jobs_log_no_validation_curve_and_keep_their_config_hash() 
 def curve_smoke_jobs() -> tuple[list[int], list, set, dict[str, str], dict[str, str]]:
     """The curve-smoke profile's ``(seeds, jobs, noise pairs, run id by config hash, budget
     by config hash)`` (``full`` for the reference's budget)."""
-    from suite.reproduce import runner
-    from suite.reproduce.plan import plan_jobs, plan_runs, profile_seeds, select_specs
+    from suite.reproduce.plan import build_plan
 
-    profile = "curve-smoke"
-    specs = select_specs(["compression"], profile, None)
-    planned, where = plan_runs(specs, profile, None, {})
-    seeds = profile_seeds(specs, profile)
-    jobs = plan_jobs(planned, seeds, profile)
-    pairs = runner.noise_pairs(specs, profile, None, where)
+    plan = build_plan("curve-smoke", ["compression"])
+    planned, seeds, jobs, pairs = plan.runs, plan.seeds, plan.jobs, plan.noise_pairs()
     run_id = {key: planned[key].roles[0].split("/", 1)[1] for key in planned}
     budget = {
         key: rid.rsplit("_at_", 1)[1] if "_at_" in rid else rid for key, rid in run_id.items()

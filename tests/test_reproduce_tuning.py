@@ -13,8 +13,8 @@ import yaml
 from suite.cli import main
 from suite.errors import ConfigError
 from suite.reproduce.plan import run_config
-from suite.reproduce.spec import list_specs, load_spec
-from suite.reproduce.tuning import TUNED_ENV, read_tuned, tuned_path
+from suite.reproduce.spec import TUNED_ENV, list_specs, load_spec
+from suite.reproduce.tuned import read_tuned, tuned_path
 from tests.conftest import TINY_DATA, tracking_uri
 
 BASE = {

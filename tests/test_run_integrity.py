@@ -72,7 +72,7 @@ def _wait_for_training(uri: str, proc: subprocess.Popen[str], count: int = 1) ->
                     for r in _runs(uri)
                     if r.info.status == "RUNNING" and "val_auc" in r.data.metrics
                 ]
-            except Exception:  # noqa: BLE001 - the store is still being created
+            except Exception:
                 running = []
             if len(running) >= count:
                 return

@@ -9,13 +9,13 @@ import pytest
 
 pytest.importorskip("torchrec", reason="torchrec is installed by the nox sessions")
 
-from suite.datasets.criteo import CRITEO_CARDINALITIES  # noqa: E402
-from suite.runs.single import execute  # noqa: E402
-from tests.conftest import tiny_config  # noqa: E402
+from suite.datasets.criteo import CRITEO_CARDINALITIES
+from suite.runs.single import execute
+from tests.conftest import tiny_config
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def result(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("sharding")
     config = tiny_config(task="sharding").with_overrides(
         {
@@ -27,7 +27,7 @@ def result(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return execute(config)
 
 
-def test_every_plan_places_every_full_size_table(result) -> None:  # noqa: ANN001
+def test_every_plan_places_every_full_size_table(result) -> None:
     rows = result.details["tables"]["rows"]
     assert rows == CRITEO_CARDINALITIES  # full-size: the Kaggle vocabularies, not the tiny ones
     for world, plans in result.details["plans"].items():
@@ -38,7 +38,7 @@ def test_every_plan_places_every_full_size_table(result) -> None:  # noqa: ANN00
             assert plan["fits"]
 
 
-def test_imbalance_is_max_over_mean_and_greedy_keeps_its_bound(result) -> None:  # noqa: ANN001
+def test_imbalance_is_max_over_mean_and_greedy_keeps_its_bound(result) -> None:
     for world, plans in result.details["plans"].items():
         for plan in plans.values():
             costs = plan["rank_cost"]

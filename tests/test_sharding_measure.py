@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("torchrec", reason="torchrec is installed by the nox sessions")
 
-from suite.runs.single import execute  # noqa: E402
-from tests.conftest import tiny_config  # noqa: E402
+from suite.runs.single import execute
+from tests.conftest import tiny_config
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def result(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("sharding-measured")
     config = tiny_config(task="sharding").with_overrides(
         {
@@ -27,7 +27,7 @@ def result(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return execute(config)
 
 
-def test_every_plan_is_measured_per_rank_beside_its_estimate(result) -> None:  # noqa: ANN001
+def test_every_plan_is_measured_per_rank_beside_its_estimate(result) -> None:
     measured = result.details["measured"]
     assert measured["world"] == 2 and measured["batch_size_per_rank"] == 128
     plans = result.details["plans"]["2"]
@@ -46,7 +46,7 @@ def test_every_plan_is_measured_per_rank_beside_its_estimate(result) -> None:  #
     assert all(Path(p).exists() for p in result.details["plots"])
 
 
-def test_dmp_placed_each_table_where_the_plan_said(result) -> None:  # noqa: ANN001
+def test_dmp_placed_each_table_where_the_plan_said(result) -> None:
     plans = result.details["plans"]["2"]
     for planner, figures in result.details["measured"]["plans"].items():
         for table in plans[planner]["tables"]:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from suite.stats import mean_ci, paired_ci, paired_p_value, verdict
+from suite.decisions import interval_verdict
+from suite.stats import mean_ci, paired_ci, paired_p_value
 
 
 def test_mean_ci_matches_a_t_interval_computed_by_hand() -> None:
@@ -24,7 +25,7 @@ def test_mean_ci_matches_a_t_interval_computed_by_hand() -> None:
 
 def test_one_value_has_no_interval_and_no_verdict() -> None:
     ci = mean_ci([0.75])
-    assert math.isnan(ci.low) and verdict(ci, "greater") == "not measurable"
+    assert math.isnan(ci.low) and interval_verdict(ci, "greater") == "not measurable"
 
 
 def test_paired_test_matches_scipy() -> None:
@@ -49,7 +50,7 @@ def test_paired_test_matches_scipy() -> None:
 def test_three_verdicts(low: float, high: float, direction, margin: float, expected: str) -> None:
     from suite.stats import Interval
 
-    assert verdict(Interval((low + high) / 2, low, high, 5), direction, margin) == expected
+    assert interval_verdict(Interval((low + high) / 2, low, high, 5), direction, margin) == expected
 
 
 # --- bootstrap -------------------------------------------------------------------------
@@ -73,7 +74,7 @@ def test_bootstrap_matches_a_brute_force_bootstrap_and_is_seeded() -> None:
 # --- DeLong ----------------------------------------------------------------------------
 
 
-def _placements_brute_force(labels: np.ndarray, scores: np.ndarray):  # noqa: ANN202
+def _placements_brute_force(labels: np.ndarray, scores: np.ndarray):
     """DeLong et al. (1988)'s definition, O(m n): psi(x, y) = 1, 1/2, 0 for x >, =, < y."""
     pos, neg = scores[labels == 1], scores[labels == 0]
     psi = (pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])

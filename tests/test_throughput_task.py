@@ -142,7 +142,7 @@ def test_train_uses_the_shared_train_step(monkeypatch: pytest.MonkeyPatch) -> No
     calls = []
     real = train_module.train_step
 
-    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 

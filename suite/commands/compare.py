@@ -1,4 +1,5 @@
-"""``suite compare A B``: two configs' runs paired by seed, with paired 95% CIs."""
+"""``suite compare A B``: two configs' runs paired by seed, with paired 90% intervals
+(``suite.decisions.INTERVAL_LEVEL``: the two one-sided 5% tests' interval)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="A and B are each a result JSON (single or multi-seed), an MLflow run id "
         "(a run or a multi-seed parent), a config hash or a group hash (the config without "
         "its seed, shared by its seeds). Runs are paired by seed; each metric gets the mean "
-        "difference A - B with its 95% t interval, the paired p-value and a verdict. One "
-        "seed is 'not measurable': run both with --seeds.",
+        "difference A - B with its 90% interval (the two one-sided 5% tests'), the deciding "
+        "p-value and a verdict. With one seed a side, test AUC gets DeLong's paired test and "
+        "test log loss a paired test of the per-row losses, on the kept test predictions "
+        "(the test set's noise alone); other metrics need --seeds.",
     )
     parser.add_argument("a", metavar="A", help="the first runs")
     parser.add_argument("b", metavar="B", help="the second runs")
@@ -41,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from suite.api import compare
+    from suite.decisions import INTERVAL_LEVEL
 
     table = compare(args.a, args.b, args.metrics, margin=args.margin, results_dir=args.results)
     if args.json:
@@ -49,15 +53,18 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     print(f"A: {args.a}\nB: {args.b}\npaired seeds: {int(table['n'].iloc[0]) if len(table) else 0}")
     width = max([12, *(len(m) for m in table["metric"])])
-    print(
-        f"  {'metric':<{width}} {'A':>11} {'B':>11} {'A - B':>11}  {'95% CI':<25} {'p':>7}  verdict"
-    )
+    level = f"{INTERVAL_LEVEL:.0%} CI"
+    print(f"  {'metric':<{width}} {'A':>11} {'B':>11} {'A - B':>11}  {level:<25} {'p':>7}  verdict")
     for row in table.itertuples():
         a, b, difference, ci = comparison_cells(row.metric, row)
         p = "n/a" if math.isnan(row.p_value) else f"{row.p_value:.3g}"
         print(
             f"  {row.metric:<{width}} {a:>11} {b:>11} {difference:>11}  {ci:<25} {p:>7}  {row.verdict}"
         )
+    notes = [n for n in dict.fromkeys(table.get("note", [])) if n]
+    for note in notes:  # one line each: how one-seed rows were tested, or what they need
+        named = ", ".join(table["metric"][table["note"] == note])
+        print(f"  {named}: {note}")
     return 0
 
 

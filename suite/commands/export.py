@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from suite.commands.common import ConfigDefaultsFormatter
 
@@ -16,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="SOURCE is `runs` (result JSONs under --results, e.g. a reproduction's "
         "runs, grouped over seeds as mean ± std), `study NAME|DIR` (its trials, Pareto-optimal "
         "first) or `leaderboard` (its submissions). Writes <stem>.csv (numbers) and <stem>.tex "
-        "(a LaTeX table in human units).",
+        "(a booktabs LaTeX table for a page: the metrics labelled as a paper would, units in "
+        "the header, each figure mean ± the half-width of its 90% t interval over seeds).",
     )
     parser.add_argument("source", choices=["runs", "study", "leaderboard"])
     parser.add_argument("name", nargs="?", help="the study's name or directory (for `study`)")
@@ -32,7 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="keep runs whose column has this value (repeatable), e.g. --where task=accuracy",
     )
     parser.add_argument(
-        "--metric", action="append", dest="metrics", metavar="NAME", help="only this metric"
+        "--metric",
+        action="append",
+        dest="metrics",
+        metavar="NAME[,NAME...]",
+        help="only these metrics, in this order (repeatable or comma-separated, e.g. "
+        "--metric test_auc,test_logloss); the LaTeX table's default: test AUC, test log loss "
+        "and embedding size where the runs have them",
     )
     parser.add_argument(
         "--by",
@@ -62,6 +70,9 @@ def handle(args: argparse.Namespace) -> int:
     from suite.runs.checks import check_output_path
 
     check_output_path(args.out, "--out", kind="dir")  # where it writes, before any work
+    if args.metrics:
+        args.metrics = [m.strip() for text in args.metrics for m in text.split(",") if m.strip()]
+    paper = None
     if args.source == "runs":
         from suite.api import load_results
 
@@ -74,7 +85,8 @@ def handle(args: argparse.Namespace) -> int:
         by = [c.strip() for c in args.by.split(",") if c.strip()] if args.by else export.GROUP_BY
         frame = load_results(args.results, **filters)
         numeric, display = export.runs_tables(frame, args.metrics, by, pool=args.pool)
-        stem, caption = "runs", "Runs: mean ± sample std over seeds."
+        paper = _paper(numeric, args.metrics)
+        stem, caption = "runs", _caption(numeric)
     elif args.source == "study":
         if not args.name:
             raise ConfigError("suite export study needs the study's name or directory")
@@ -85,11 +97,34 @@ def handle(args: argparse.Namespace) -> int:
         stem, caption = f"study-{directory.name}", f"Study {directory.name}: complete trials."
     else:
         numeric, display = export.leaderboard_tables(args.submissions, args.metrics)
-        stem, caption = "leaderboard", "Leaderboard: mean ± sample std over each entry's seeds."
+        paper = _paper(numeric, args.metrics)
+        stem, caption = "leaderboard", "Leaderboard. " + _caption(numeric)
     print(export.table_text(display))
-    for path in export.write_tables(numeric, display, args.out, stem, caption):
+    for path in export.write_tables(numeric, display, args.out, stem, caption, paper):
         print(f"wrote {path}")
     return 0
+
+
+def _paper(numeric: Any, metrics: list[str] | None) -> Any:
+    """The table for a page of a numeric frame: :func:`suite.export.paper_table` on the
+    chosen metrics (default :data:`suite.export.PAPER_METRICS` where present)."""
+    from suite import export
+
+    names = [c.removesuffix("_mean") for c in numeric.columns if c.endswith("_mean")]
+    return export.paper_table(numeric, export.paper_metrics(names, metrics))
+
+
+def _caption(numeric: Any) -> str:
+    """The LaTeX caption: what the figures and their ``±`` are, at the one level."""
+    from suite.decisions import INTERVAL_LEVEL
+
+    seeds = sorted({int(n) for n in numeric["seeds"]}) if "seeds" in numeric else []
+    over = "each row's seeds"
+    if len(seeds) == 1:
+        over = f"{seeds[0]} seed{'s' if seeds[0] != 1 else ''}"
+    single = " (no $\\pm$: one seed)" if 1 in seeds and len(seeds) > 1 else ""
+    level = f"{INTERVAL_LEVEL:.0%}".replace("%", "\\%")
+    return f"Mean $\\pm$ half-width of the {level} Student-t interval over {over}{single}."
 
 
 def _value(key: str, text: str) -> int | float | bool | str:

@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.set_defaults(handler=lambda args: _help(parser))
     sub = parser.add_subparsers(dest="leaderboard_command", metavar="SUBCOMMAND")
-    for add in (_add_validate, _add_verify, _add_render, _add_fingerprints):
+    for add in (_add_validate, _add_verify, _add_render, _add_fingerprints, _add_import):
         add(sub)
 
 
@@ -116,6 +116,49 @@ def _add_fingerprints(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", help="root of prepared datasets")
     add_set_argument(p, "dataset option (repeatable)")
     p.set_defaults(handler=handle_fingerprints)
+
+
+def _add_import(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "import-reproduction",
+        help="enter a reproduction's committed runs on the board, verified by regeneration",
+        description="Build one submission per run folder of each RESULTS_DIR "
+        "(results/<profile>, runs under runs/<config hash>/seed-<n>.json) with at least "
+        "three seeds, submitted by 'recsuite reproduction <profile>', and record in "
+        "verifications.yaml that it regenerates from those committed runs (the record binds "
+        "its content hash and each run file's figures digest, which validate checks). "
+        "Entries of the profile the runs no longer build are removed; a config already on "
+        "the board from an earlier-named reproduction is not entered twice. Paths are "
+        "recorded relative to the leaderboard's parent folder (the repository root).",
+    )
+    p.add_argument("results", nargs="+", metavar="RESULTS_DIR", help="e.g. results/curve")
+    p.add_argument(
+        "--task",
+        action="append",
+        help="task whose runs to enter (repeatable; default: accuracy)",
+    )
+    _board_arg(p)
+    p.set_defaults(handler=handle_import)
+
+
+def handle_import(args: argparse.Namespace) -> int:
+    from suite.leaderboard.reproduction import DEFAULT_TASKS, import_reproduction
+    from suite.leaderboard.validate import validate
+
+    board = _board(args)
+    root = board.resolve().parent
+    for results in args.results:
+        out = import_reproduction(Path(results), board, root, tasks=args.task or DEFAULT_TASKS)
+        for line in out.skipped:
+            print(f"skipped {line}", file=sys.stderr)
+    report = validate(board)
+    for problem in report.problems:
+        print(problem)
+    if report.problems:
+        print(f"{len(report.problems)} problem(s): fix them before rendering", file=sys.stderr)
+        return 1
+    print(f"{len(report.submissions)} submission(s) valid; run `suite leaderboard render`")
+    return 0
 
 
 def _help(parser: argparse.ArgumentParser) -> int:

@@ -6,6 +6,7 @@ import argparse
 import shlex
 
 from suite.commands.common import ConfigDefaultsFormatter, add_set_argument
+from suite.executors import EXECUTORS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +40,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--workers",
         type=int,
         help="worker processes training the (run, seed) jobs, one torch thread each "
-        "(default: one per core, at most one per job; 1: in this process, in order)",
+        "(default: one per core, or one per visible GPU for CUDA jobs, each worker then "
+        "seeing its own GPU; at most one per job; 1: in this process, in order)",
+    )
+    parser.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where the jobs run: local worker processes, or tasks on a Ray cluster "
+        "(pip install -e '.[ray]'; see README, 'Many machines')",
+    )
+    parser.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        help="--executor ray: the cluster's address (default: RAY_ADDRESS, else a cluster "
+        "Ray starts on this machine)",
     )
     parser.add_argument(
         "--from-results",
@@ -106,7 +121,7 @@ def handle(args: argparse.Namespace) -> int:
 
         raise ConfigError("--retune: only with --tune (it says which runs --tune tunes again)")
     if args.tune:
-        from suite.reproduce.tuning import handle_tune
+        from suite.commands.tune import handle_tune
 
         return handle_tune(args)
     from pathlib import Path
@@ -115,6 +130,7 @@ def handle(args: argparse.Namespace) -> int:
     from suite.environment import git_commit
     from suite.errors import ConfigError
     from suite.fileio import write_text_atomic
+    from suite.reproduce.plan import build_plan
     from suite.reproduce.plots import draw_plots
     from suite.reproduce.report import (
         regime_rows_of,
@@ -122,8 +138,14 @@ def handle(args: argparse.Namespace) -> int:
         summary_counts,
         summary_line,
     )
-    from suite.reproduce.runner import default_report_dir, finish_tracking, reproduce
+    from suite.reproduce.runner import (
+        default_report_dir,
+        finish_tracking,
+        regenerate,
+        reproduce,
+    )
     from suite.reproduce.spec import list_specs, load_spec
+    from suite.reproduce.store import stored_cardinalities
 
     if args.list:
         for name in list_specs():
@@ -162,12 +184,25 @@ def handle(args: argparse.Namespace) -> int:
         "from_results": from_results,
     }
     if args.profile == "regime":
-        from suite.reproduce.regimes import handle_regime
+        from suite.commands.regime import handle_regime
 
         return handle_regime(args.paper, args.claim, overrides, **run)
-    reproduction = reproduce(
-        args.profile, args.paper, args.claim, overrides, **run, finished_seeds=args.finished_seeds
-    )
+    if from_results is None:
+        plan = build_plan(args.profile, args.paper, args.claim, overrides)
+        reproduction = reproduce(
+            plan,
+            out_dir,
+            workers=args.workers,
+            executor=args.executor,
+            address=args.address,
+            progress=not args.quiet,
+            command=command,
+        )
+    else:  # never opens the data cache: a curve's cardinalities come from the stored runs
+        directories = [Path(from_results)]
+        cards = stored_cardinalities(directories)
+        plan = build_plan(args.profile, args.paper, args.claim, overrides, cards)
+        reproduction = regenerate(plan, directories, finished_seeds=args.finished_seeds)
     plots = draw_plots(reproduction, out_dir)
     regime = regime_rows_of(reproduction, out_dir)
     report = render_report(reproduction, plots, command, regime=regime)

@@ -8,7 +8,7 @@ from suite.data.access import PUBLISHED_REUSE_HISTOGRAM, REUSE_LABELS
 from suite.figures import NEUTRAL, save_figure
 
 
-def _figure(width: float = 6.4, height: float = 3.8):  # noqa: ANN202
+def _figure(width: float = 6.4, height: float = 3.8):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -17,7 +17,7 @@ def _figure(width: float = 6.4, height: float = 3.8):  # noqa: ANN202
     return fig, fig.subplots()
 
 
-def reuse_figure(figures: dict):  # noqa: ANN201
+def reuse_figure(figures: dict):
     """The reuse-factor histogram as grouped bars (its bins are categories, in order):
     this data's unique rows and lookups against the published dlrm_datasets shares."""
     import pandas as pd

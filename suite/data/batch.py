@@ -41,6 +41,17 @@ class Batch:
             self.loss_norm,
         )
 
+    def pin_memory(self) -> Batch:
+        """This batch in page-locked host memory, so that :meth:`to` a GPU is an
+        asynchronous copy (a copy from pageable memory makes the host wait)."""
+        return Batch(
+            self.dense.pin_memory(),
+            self.sparse.pin_memory(),
+            self.label.pin_memory(),
+            None if self.weight is None else self.weight.pin_memory(),
+            self.loss_norm,
+        )
+
     @property
     def rows(self) -> int:
         """Real (not padding) rows."""

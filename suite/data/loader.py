@@ -58,22 +58,29 @@ class BatchLoader:
         )
         for b in range(first, len(self)):
             start, stop = b * self.batch_size, min((b + 1) * self.batch_size, n)
-            rows = np.sort(order[start:stop]) if order is not None else slice(start, stop)
+            picked = np.sort(order[start:stop]) if order is not None else None
             if self.part is not None:
-                yield self._part_of(rows if order is not None else np.arange(start, stop))
+                rows = picked if picked is not None else np.arange(start, stop)
+                yield self._part_of(rows, self.part)
             else:
-                yield self._read(rows)
+                yield self._read(picked if picked is not None else slice(start, stop))
 
-    def _read(self, rows: np.ndarray | slice, **extra: object) -> Batch:
+    def _read(
+        self,
+        rows: np.ndarray | slice,
+        weight: torch.Tensor | None = None,
+        loss_norm: float | None = None,
+    ) -> Batch:
         return Batch(
             dense=torch.from_numpy(np.array(self.split.dense[rows], dtype=np.float32)),
             sparse=torch.from_numpy(np.array(self.split.sparse[rows], dtype=np.int64)),
             label=torch.from_numpy(np.array(self.split.label[rows], dtype=np.float32)),
-            **extra,  # type: ignore[arg-type]
+            weight=weight,
+            loss_norm=loss_norm,
         )
 
-    def _part_of(self, rows: np.ndarray) -> Batch:
-        rank, world = self.part  # type: ignore[misc]
+    def _part_of(self, rows: np.ndarray, part: tuple[int, int]) -> Batch:
+        rank, world = part
         size = -(-len(rows) // world)
         mine = rows[rank * size : (rank + 1) * size]
         real = len(mine)

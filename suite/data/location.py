@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from suite.hashing import stable_hash
+from suite.stable_hash import stable_hash
 
 if TYPE_CHECKING:
     from suite.config import DatasetSpec

@@ -271,7 +271,7 @@ class RawReader:
         )
 
 
-def _read_csv(data: bytes, fmt: TextFormat) -> pa.Table:
+def _read_csv(data: bytes | memoryview, fmt: TextFormat) -> pa.Table:
     return pacsv.read_csv(
         pa.py_buffer(data),
         read_options=fmt.read_options(),

@@ -37,7 +37,6 @@ class RawDataset(DatasetSource):
 
     Options: ClassVar[type[CategoricalOptions]] = CategoricalOptions
     needs_raw: ClassVar[bool] = True
-    registered_name: ClassVar[str]
     format: ClassVar[TextFormat | None] = None
     """How the raw files parse (None: :meth:`text_format` decides per file)."""
     files: ClassVar[tuple[str, ...]] = ()

@@ -30,6 +30,8 @@ class DatasetSource:
     protocols: ClassVar[dict[str, str]] = {"default": "the dataset's own train/val/test splits"}
     default_protocol: ClassVar[str] = "default"
     needs_raw: ClassVar[bool] = False
+    registered_name: ClassVar[str]
+    """The name it is registered under (set by the registry)."""
 
     def build(
         self,

@@ -164,7 +164,7 @@ class Spill:
         """Rows ``[start, start + count)`` of a spilled file, read into memory (not mapped,
         so the process's memory stays bounded by a chunk)."""
         itemsize = np.dtype(dtype).itemsize
-        data = np.fromfile(
+        data: np.ndarray = np.fromfile(
             self.directory / name, dtype=dtype, count=count * width, offset=start * width * itemsize
         )
         return data.reshape(count, width) if width > 1 or name == "dense" else data
@@ -192,7 +192,7 @@ class Spill:
     def _column(self, name: str) -> np.ndarray:
         """One per-row array over every chunk, in row order."""
         assert name != "row"
-        out = np.empty(self.rows, dtype=_DTYPES[name])
+        out: np.ndarray = np.empty(self.rows, dtype=_DTYPES[name])
         on_file = np.fromfile(self.directory / name, dtype=out.dtype) if self._files else None
         for record in self.records:
             rows = slice(record.start, record.start + record.rows)

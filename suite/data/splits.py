@@ -165,7 +165,9 @@ class SourceSplit(SplitRule):
 def uniform(seed: int, source: int, row: np.ndarray) -> np.ndarray:
     """Deterministic uniform [0, 1) per (seed, source, row)."""
     with np.errstate(over="ignore"):
-        base = splitmix64(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(source))
+        base = splitmix64(
+            np.asarray(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(source))
+        )
         bits = splitmix64(np.asarray(row, dtype=np.uint64) ^ base)
     return (bits >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 

@@ -11,11 +11,15 @@ import numpy as np
 from pydantic import Field
 
 from suite.config import Frozen
-from suite.data.prepared import PreparedDataset, PreparedWriter
+from suite.data.prepared import CACHE_OPTION, PreparedDataset, PreparedWriter
 from suite.data.schema import FeatureSchema
 from suite.data.source import DatasetSource
-from suite.data.teacher import SyntheticProfile, TeacherSettings, generate
+from suite.data.teacher import SyntheticProfile, TeacherSettings, generate, generation_bytes
+from suite.environment import ram_available_bytes
+from suite.errors import ConfigError
+from suite.fileio import check_space
 from suite.metrics import roc_auc
+from suite.units import human_bytes
 
 
 class SyntheticOptions(Frozen):
@@ -51,6 +55,7 @@ class SyntheticDataset(DatasetSource):
         progress: bool,
         force: bool = False,
     ) -> PreparedDataset:
+        self.check_size(options, out_dir)
         cards, dense, sparse, label, prob = generate(self.profile, self.settings(options))
         schema = FeatureSchema(
             dense=self.profile.dense_names, sparse=self.profile.sparse_names, cardinalities=cards
@@ -72,6 +77,23 @@ class SyntheticDataset(DatasetSource):
                     "teacher_test_auc": roc_auc(label[bounds[2] :], prob[bounds[2] :]),
                 }
             )
+
+    def check_size(self, options: SyntheticOptions, out_dir: Path) -> None:
+        """Refuse, before generating, rows that would not fit in memory (what
+        :func:`~suite.data.teacher.generate` returns, at least: a line naming the options)
+        or in the cache's filesystem (the prepared files: the writer's disk-full line)."""
+        rows = options.train_rows + options.val_rows + options.test_rows
+        n_sparse, n_dense = len(self.profile.sparse_names), len(self.profile.dense_names)
+        fields = "dataset.options.train_rows/val_rows/test_rows"
+        need, have = generation_bytes(rows, n_sparse, n_dense), ram_available_bytes()
+        if have is not None and need > have:
+            raise ConfigError(
+                f"{fields}: generating {rows:,} rows of {self.name} needs at least "
+                f"{need:,} bytes ({human_bytes(need)}) of memory but {human_bytes(have)} is "
+                "available; use fewer rows"
+            )
+        # the prepared files (int32 ids, as PreparedWriter writes them), as it refuses them
+        check_space(out_dir.parent, rows * (4 * (n_dense + 1) + 4 * n_sparse), CACHE_OPTION)
 
     def settings(self, options: SyntheticOptions) -> TeacherSettings:
         """The generator's settings for ``options``."""

@@ -133,6 +133,13 @@ def _calibrate_bias(logit: np.ndarray, ctr: float) -> float:
     return (lo + hi) / 2
 
 
+def generation_bytes(rows: int, num_sparse: int, num_dense: int) -> int:
+    """Bytes :func:`generate` needs at least for ``rows`` rows: the arrays it returns
+    (sparse int64, dense float32, label float32, probability float64), before any of its
+    temporaries."""
+    return rows * (8 * num_sparse + 4 * num_dense + 4 + 8)
+
+
 def generate(
     profile: SyntheticProfile, settings: TeacherSettings
 ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

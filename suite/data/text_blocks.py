@@ -9,6 +9,7 @@ start of a file is dropped. Plain files are read straight into reused buffers.
 from __future__ import annotations
 
 import hashlib
+import io
 import weakref
 import zlib
 from collections.abc import Iterator
@@ -112,7 +113,7 @@ def line_blocks(
 
 
 def _file_pieces(
-    handle: BinaryIO, block_bytes: int, digest: Any, sizes: list[int]
+    handle: io.BufferedIOBase, block_bytes: int, digest: Any, sizes: list[int]
 ) -> Iterator[bytes | memoryview]:
     """An uncompressed file in pieces of whole lines (the last may lack its line break).
 
@@ -126,7 +127,7 @@ def _file_pieces(
     while True:
         buffer = buffers.take(len(carry) + block_bytes)
         buffer[: len(carry)] = np.frombuffer(carry, dtype=np.uint8)
-        view = memoryview(buffer)
+        view = buffer.data  # a memoryview of the buffer's bytes
         got = handle.readinto(view[len(carry) :])
         if not got:
             if carry:

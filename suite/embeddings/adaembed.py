@@ -56,8 +56,12 @@ from pydantic import Field
 
 from suite.embeddings.base import (
     EmbeddingContext,
-    EmbeddingMethod,
     EmbeddingOptions,
+    SelfUpdating,
+    events_of,
+    events_table,
+    load_with_history,
+    state_with_history,
 )
 from suite.embeddings.budget import knob_hook
 from suite.embeddings.tables import ADAGRAD_EPS
@@ -89,8 +93,7 @@ class AdaEmbedOptions(EmbeddingOptions):
         500, ge=0, description="no reallocation before this step (rows go first come until then)"
     )
 
-    def _fbgemm_dim(self) -> AdaEmbedOptions:  # AdaEmbed's table has no fbgemm dim constraint
-        return self
+    fbgemm_dim_rule = False  # AdaEmbed's table has no fbgemm dim constraint
 
 
 def physical_rows(cardinalities: list[int], budget: float) -> int:
@@ -105,7 +108,7 @@ def nearest_rank_quantile(values: torch.Tensor, q: float = QUANTILE) -> torch.Te
 
 
 @EMBEDDINGS.register("adaembed")
-class AdaEmbedEmbedding(EmbeddingMethod):
+class AdaEmbedEmbedding(SelfUpdating):
     """AdaEmbed (Lai et al., OSDI 2023, https://www.usenix.org/conference/osdi23/presentation/lai):
     a fixed-size table whose rows go to the ids most important by access frequency times
     gradient, reallocated during training; ids without a row read zeros.
@@ -143,7 +146,6 @@ class AdaEmbedEmbedding(EmbeddingMethod):
         state = {"rowwise_adagrad": (self.capacity,), "adagrad": (self.capacity, self.dim)}
         shape = state.get(self.optimizer_name, (0,))
         self.register_buffer("opt_state", torch.zeros(shape, device=device))
-        self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.events: list[dict[str, int]] = []
 
     # ----------------------------------------------------------------- storage
@@ -182,22 +184,12 @@ class AdaEmbedEmbedding(EmbeddingMethod):
         """Every buffer (fixed shapes: table, index, importance, optimizer state) and the
         reallocation events (``history.events [E, 4]`` int64). No row groups: rows change
         owners at every reallocation, so an incremental checkpoint writes it whole."""
-        state = {k: v.detach() for k, v in self.state_dict().items()}
-        events = [[e[f] for f in self._EVENT_FIELDS] for e in self.events]
-        fields = len(self._EVENT_FIELDS)
-        state["history.events"] = torch.tensor(events, dtype=torch.int64).view(-1, fields)
-        return state
+        return state_with_history(self, {"events": events_table(self.events, self._EVENT_FIELDS)})
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        device = self.offsets.device
-        self.load_state_dict(
-            {k: v.to(device) for k, v in tensors.items() if not k.startswith("history.")}
-        )
-        self.events = [
-            dict(zip(self._EVENT_FIELDS, map(int, row), strict=True))
-            for row in tensors["history.events"].tolist()
-        ]
-        self._pending = None
+        history = load_with_history(self, tensors, self.offsets.device)
+        self.events = events_of(history["events"], self._EVENT_FIELDS)
+        self.drop_kept()
 
     # ----------------------------------------------------------------- lookup
     def _features(self, ids: torch.Tensor) -> torch.Tensor:
@@ -245,16 +237,13 @@ class AdaEmbedEmbedding(EmbeddingMethod):
         slot = self.slot[ids].long()  # [B, F]
         held = slot >= 0
         out = self.weight[slot.clamp(min=0)] * held.unsqueeze(-1)  # [B, F, D]
-        if training:
-            out.requires_grad_()
-            self._pending = (ids, slot, out)
-        return out
+        return self.keep_for_update(out, ids, slot)
 
     # ----------------------------------------------------------------- training
     def after_step(self, step: int) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None and pending[-1].grad is not None:
-            self._apply_gradient(step, *pending)
+        kept = self.take_for_update()
+        if kept is not None:
+            self._apply_gradient(step, *kept)
         every, warmup = self.options.realloc_every, self.options.warmup_steps
         if step >= warmup and step % every == 0:
             self.reallocate(step)

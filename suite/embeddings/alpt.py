@@ -58,8 +58,8 @@ from pydantic import Field
 
 from suite.embeddings.base import (
     EmbeddingContext,
-    EmbeddingMethod,
     EmbeddingOptions,
+    SelfUpdating,
 )
 from suite.embeddings.budget import knob_hook
 from suite.embeddings.tables import ADAGRAD_EPS
@@ -101,8 +101,7 @@ class ALPTOptions(EmbeddingOptions):
     )
     min_step: float = Field(1e-8, gt=0, description="floor of every step size (keeps Δ > 0)")
 
-    def _fbgemm_dim(self) -> ALPTOptions:  # integer tables of its own: no fbgemm dim rule
-        return self
+    fbgemm_dim_rule = False  # integer tables of its own: no fbgemm dim rule
 
 
 def code_range(bits: int) -> tuple[int, int]:
@@ -172,7 +171,7 @@ def unpack_codes(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
 
 
 @EMBEDDINGS.register("alpt")
-class ALPTEmbedding(EmbeddingMethod):
+class ALPTEmbedding(SelfUpdating):
     """ALPT (Li et al., AAAI 2023, https://arxiv.org/abs/2212.05735): integer tables
     trained in low precision, a learned (LSQ) step size per row, stochastic rounding.
 
@@ -227,7 +226,6 @@ class ALPTEmbedding(EmbeddingMethod):
         self.register_buffer("step_state", torch.zeros(step_state, device=device))
         all_rows = torch.arange(rows, device=device)
         self._write(all_rows, values.to(device), self.step[self._step_slots(all_rows)])
-        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
 
     # ----------------------------------------------------------------- storage
     def storage_tensors(self) -> dict[str, list[torch.Tensor]]:
@@ -257,7 +255,7 @@ class ALPTEmbedding(EmbeddingMethod):
         tensors = dict(tensors)
         self.generator.set_state(tensors.pop("generator").cpu())
         self.load_state_dict({k: v.to(device) for k, v in tensors.items()})
-        self._pending = None
+        self.drop_kept()
 
     # ----------------------------------------------------------------- lookup
     def _step_slots(self, rows: torch.Tensor) -> torch.Tensor:
@@ -274,19 +272,11 @@ class ALPTEmbedding(EmbeddingMethod):
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         rows = sparse + self.offsets
         out = self.dequantize(rows.reshape(-1)).view(*sparse.shape, self.dim)
-        if self.training and torch.is_grad_enabled():
-            out.requires_grad_()
-            self._pending = (rows, out)
-        return out
+        return self.keep_for_update(out, rows)
 
     # ----------------------------------------------------------------- training
-    def after_step(self, step: int) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None and pending[1].grad is not None:
-            self._update(pending[0], pending[1].grad)
-
     @torch.no_grad()
-    def _update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+    def update_read(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
         """One ALPT step for ``rows [B, F]`` read, ``grad [B, F, D]`` at their values."""
         unique, inverse = torch.unique(rows.reshape(-1), return_inverse=True)
         summed = grad.new_zeros(len(unique), self.dim)
@@ -341,5 +331,5 @@ class ALPTEmbedding(EmbeddingMethod):
     )
 
 
-WIDTHS = (2, 4, 8)
+WIDTHS: tuple[int, ...] = (2, 4, 8)
 """ALPT's bit widths, fewest bytes first (its budget knob)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -45,9 +45,12 @@ class EmbeddingOptions(Frozen):
     backend: Backend = Field("fbgemm", description="fbgemm table-batched kernel, or torch.nn")
     init: Init = Field("reference", description="reference: as the method's reference code")
 
+    fbgemm_dim_rule: ClassVar[bool] = True
+    """Whether ``dim`` must suit fbgemm's kernel (False: the method's storage is its own)."""
+
     @model_validator(mode="after")
     def _fbgemm_dim(self) -> EmbeddingOptions:
-        if self.backend == "fbgemm" and self.dim % FBGEMM_DIM_MULTIPLE:
+        if self.fbgemm_dim_rule and self.backend == "fbgemm" and self.dim % FBGEMM_DIM_MULTIPLE:
             raise ValueError(
                 f"dim: the fbgemm backend needs a multiple of {FBGEMM_DIM_MULTIPLE}, got {self.dim} "
                 "(use backend: torch for other dims)"
@@ -88,6 +91,7 @@ class EmbeddingMethod(nn.Module):
     """Maps ``sparse [B, F]`` int64 ids to ``[B, F, dim]`` float32 vectors."""
 
     dim: int
+    Options: ClassVar[type[EmbeddingOptions]]
 
     def memory(self) -> EmbeddingBytes:
         """Bytes of parameters, auxiliary structures and optimizer state: by default the
@@ -161,6 +165,85 @@ class EmbeddingMethod(nn.Module):
 def supports_checkpoints(method: type[EmbeddingMethod]) -> bool:
     """Whether ``method`` implements :meth:`EmbeddingMethod.checkpoint_state`."""
     return method.checkpoint_state is not EmbeddingMethod.checkpoint_state
+
+
+class SelfUpdating(EmbeddingMethod):
+    """A method that owns its sparse update (ALPT, ROBE, AdaEmbed, FIITED): a training
+    forward keeps what it read and its output (:meth:`keep_for_update`); after backward,
+    :meth:`take_for_update` hands them back once, the output's ``.grad`` filled, to the
+    method's update in :meth:`after_step`."""
+
+    _pending: tuple[torch.Tensor, ...] | None = None
+
+    def keep_for_update(self, out: torch.Tensor, *read: torch.Tensor) -> torch.Tensor:
+        """Keep ``out`` (made to hold its gradient) and ``read`` (what it was gathered at)
+        when training with gradients on; return ``out``."""
+        if self.training and torch.is_grad_enabled():
+            out.requires_grad_()
+            self._pending = (*read, out)
+        return out
+
+    def take_for_update(self) -> tuple[torch.Tensor, ...] | None:
+        """``(*read, out)`` of the last training forward, once; None when nothing was kept
+        or backward left ``out`` without a gradient."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending[-1].grad is None:
+            return None
+        return pending
+
+    def drop_kept(self) -> None:
+        """Forget what a forward kept (a restored checkpoint replaces what it read)."""
+        self._pending = None
+
+    def after_step(self, step: int) -> None:
+        """:meth:`update_read` on what the forward read and its output's gradient (a
+        method that keeps more, or has per-step hooks, overrides this)."""
+        kept = self.take_for_update()
+        if kept is not None:
+            read, out = kept
+            self.update_read(read, out.grad)
+
+    def update_read(self, read: torch.Tensor, grad: torch.Tensor, /) -> None:
+        """The method's sparse update of ``read`` with ``grad``, the gradient at the
+        output gathered there."""
+        raise NotImplementedError
+
+
+HISTORY = "history."
+"""Prefix of the checkpoint tables of a method's history (its events), beside its buffers."""
+
+
+def state_with_history(
+    method: nn.Module, history: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The checkpoint state of a method that owns its storage and logs events (AdaEmbed,
+    FIITED): every buffer at its current size, then each int64 table of ``history`` as
+    ``history.<name>``."""
+    state = {k: v.detach() for k, v in method.state_dict().items()}
+    state.update({HISTORY + name: table for name, table in history.items()})
+    return state
+
+
+def load_with_history(
+    method: nn.Module, tensors: dict[str, torch.Tensor], device: torch.device
+) -> dict[str, torch.Tensor]:
+    """Load the buffers of a :func:`state_with_history` state into ``method`` (on
+    ``device``); return its history tables by name."""
+    method.load_state_dict(
+        {k: v.to(device) for k, v in tensors.items() if not k.startswith(HISTORY)}
+    )
+    return {k.removeprefix(HISTORY): v for k, v in tensors.items() if k.startswith(HISTORY)}
+
+
+def events_table(events: list[dict[str, Any]], fields: tuple[str, ...]) -> torch.Tensor:
+    """``events [E]`` as an int64 table ``[E, len(fields)]``, a column per field."""
+    rows = [[int(e[f]) for f in fields] for e in events]
+    return torch.tensor(rows, dtype=torch.int64).view(-1, len(fields))
+
+
+def events_of(table: torch.Tensor, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The events of an :func:`events_table`."""
+    return [dict(zip(fields, map(int, row), strict=True)) for row in table.tolist()]
 
 
 class IndexTransform(nn.Module):

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from suite.embeddings.base import EmbeddingContext
+from suite.embeddings.base import EmbeddingContext, EmbeddingMethod
 from suite.embeddings.tables import SparseOptimizer
 from suite.errors import ConfigError
 from suite.registry import EMBEDDINGS
@@ -40,7 +40,7 @@ def built_bytes(
 ) -> int:
     """Total bytes (parameters + auxiliary + optimizer) of method ``name`` built with
     ``options`` on the CPU for features of ``cardinalities [F]``: its real tensors."""
-    cls = EMBEDDINGS.get(name)
+    cls: type[EmbeddingMethod] = EMBEDDINGS.get(name)
     context = EmbeddingContext(
         list(cardinalities), torch.device("cpu"), seed=0, sparse_optimizer=optimizer
     )

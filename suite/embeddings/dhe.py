@@ -77,8 +77,7 @@ class DHEOptions(EmbeddingOptions):
         None, ge=0, description="seed of the hash coefficients (default: the run's seed)"
     )
 
-    def _fbgemm_dim(self) -> DHEOptions:  # no table: no fbgemm dim constraint
-        return self
+    fbgemm_dim_rule = False  # no table: no fbgemm dim constraint
 
     @field_validator("hidden")
     @classmethod

@@ -37,8 +37,12 @@ from pydantic import Field, model_validator
 
 from suite.embeddings.base import (
     EmbeddingContext,
-    EmbeddingMethod,
     EmbeddingOptions,
+    SelfUpdating,
+    events_of,
+    events_table,
+    load_with_history,
+    state_with_history,
 )
 from suite.embeddings.budget import knob_hook
 from suite.embeddings.tables import ADAGRAD_EPS, SparseOptimizer
@@ -55,8 +59,7 @@ class FiitedOptions(EmbeddingOptions):
 
     chunks: int = Field(4, ge=1, description="K: chunks per embedding vector (dim % K == 0)")
 
-    def _fbgemm_dim(self) -> FiitedOptions:  # FIITED's pool has no fbgemm dim constraint
-        return self
+    fbgemm_dim_rule = False  # FIITED's pool has no fbgemm dim constraint
 
     decay: float = Field(0.9, gt=0, le=1, description="gamma: per-step decay of the utility")
     prune_every: int = Field(100, ge=1, description="steps between pruning events")
@@ -86,7 +89,7 @@ class FiitedOptions(EmbeddingOptions):
 
 
 @EMBEDDINGS.register("fiited")
-class FiitedEmbedding(EmbeddingMethod):
+class FiitedEmbedding(SelfUpdating):
     """FIITED: per-vector chunk pruning during training, to a budget, with regrowth, in a
     store whose every part shrinks and grows with the live chunks.
 
@@ -125,6 +128,12 @@ class FiitedEmbedding(EmbeddingMethod):
     """
 
     Options = FiitedOptions
+    # buffers that :meth:`_rebuild` replaces (their sizes follow the live chunks)
+    keys: torch.Tensor
+    chunk_start: torch.Tensor
+    pool: torch.Tensor
+    utility: torch.Tensor
+    opt_state: torch.Tensor
 
     def __init__(self, options: FiitedOptions, context: EmbeddingContext) -> None:
         super().__init__()
@@ -165,7 +174,6 @@ class FiitedEmbedding(EmbeddingMethod):
         self.register_buffer("ring_pos", torch.zeros(1, dtype=torch.int64, device=device))
         self.register_buffer("clock", torch.zeros(1, dtype=torch.int64, device=device))
         self.register_buffer("opt_state", self._new_state(self.rows, self.total_chunks))
-        self._pending: tuple[torch.Tensor, ...] | None = None
         self.memory_history: list[tuple[int, int]] = [(0, self._held_bytes())]
         self.events: list[dict[str, float]] = []
 
@@ -221,7 +229,7 @@ class FiitedEmbedding(EmbeddingMethod):
         out[rows] = lengths
         return out
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # the store changes size during training
         for name in ("keys", "pool", "utility", "opt_state"):
             saved = state_dict.get(prefix + name)
@@ -241,24 +249,15 @@ class FiitedEmbedding(EmbeddingMethod):
         history and events (``history.memory [E, 2]``, ``history.events [E, 6]``, int64).
         No row groups: positions in the store move at every pruning event, so an
         incremental checkpoint writes it whole, and nothing is quantized."""
-        state = {k: v.detach() for k, v in self.state_dict().items()}
-        state["history.memory"] = torch.tensor(self.memory_history, dtype=torch.int64).view(-1, 2)
-        events = [[int(e[f]) for f in self._EVENT_FIELDS] for e in self.events]
-        fields = len(self._EVENT_FIELDS)
-        state["history.events"] = torch.tensor(events, dtype=torch.int64).view(-1, fields)
-        return state
+        memory = torch.tensor(self.memory_history, dtype=torch.int64).view(-1, 2)
+        events = events_table(self.events, self._EVENT_FIELDS)
+        return state_with_history(self, {"memory": memory, "events": events})
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        device = self.offsets.device
-        self.load_state_dict(
-            {k: v.to(device) for k, v in tensors.items() if not k.startswith("history.")}
-        )
-        self.memory_history = [(int(s), int(b)) for s, b in tensors["history.memory"].tolist()]
-        self.events = [
-            dict(zip(self._EVENT_FIELDS, map(int, row), strict=True))
-            for row in tensors["history.events"].tolist()
-        ]
-        self._pending = None
+        history = load_with_history(self, tensors, self.offsets.device)
+        self.memory_history = [(int(s), int(b)) for s, b in history["memory"].tolist()]
+        self.events = events_of(history["events"], self._EVENT_FIELDS)
+        self.drop_kept()
 
     # ----------------------------------------------------------------- lookup
     def _locate(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,16 +301,13 @@ class FiitedEmbedding(EmbeddingMethod):
         pool = self.pool if self.pool.shape[0] else self.pool.new_zeros(1, self.chunk_dim)
         values = torch.nn.functional.embedding(slots, pool)  # [B, F, K, c]
         out = (values * live.unsqueeze(-1)).reshape(*sparse.shape, self.dim)
-        if self.training and torch.is_grad_enabled():
-            out.requires_grad_()
-            self._pending = (rows, pos, length, slots, live, out)
-        return out
+        return self.keep_for_update(out, rows, pos, length, slots, live)
 
     # ----------------------------------------------------------------- training
     def after_step(self, step: int) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None and pending[-1].grad is not None:
-            self._apply_gradient(step, *pending)
+        kept = self.take_for_update()
+        if kept is not None:
+            self._apply_gradient(step, *kept)
         if step % self.options.prune_every == 0:
             self._prune(step)
 

@@ -28,6 +28,7 @@ tables updated by the matching row-wise Adagrad; they are never widened.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -132,16 +133,16 @@ def md_dims(
     """
     n = np.asarray(rows, dtype=np.float64)
     ratio = n if rows_per_query is None else np.asarray(rows_per_query, dtype=np.float64)
-    finish = dict(threshold=threshold, round_dims=round_dims, min_dim=min_dim)
+    finish = partial(_finish, threshold=threshold, round_dims=round_dims, min_dim=min_dim)
     scale = ratio ** (-alpha)
     if param_budget is None:
         top = int(np.argmin(ratio))
         raw = base_dim * ratio[top] ** alpha * scale
         raw[top] = base_dim
-        return _finish(raw, n, base_dim, **finish).tolist()
+        return finish(raw, n, base_dim).tolist()
 
     def floats(lamb: float) -> float:
-        return float((n * _finish(lamb * scale, n, base_dim, **finish)).sum())
+        return float((n * finish(lamb * scale, n, base_dim)).sum())
 
     if floats(0.0) > param_budget:
         raise ConfigError(
@@ -152,7 +153,7 @@ def md_dims(
     for _ in range(100):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if floats(mid) <= param_budget else (lo, mid)
-    return _finish(lo * scale, n, base_dim, **finish).tolist()
+    return finish(lo * scale, n, base_dim).tolist()
 
 
 class ProjectionCombine(Combine):

@@ -99,7 +99,8 @@ class QuantizedEmbedding(EmbeddingMethod):
                 dest.copy_(fused[:, :-4].to(device))
                 scale_bias.copy_(fused[:, -4:].to(device))
         self._padded = padded != dims
-        columns, start = [], 0
+        columns: list[int] = []
+        start = 0
         for d, p in zip(dims, padded, strict=True):
             columns.extend(range(start, start + d))
             start += p

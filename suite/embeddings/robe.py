@@ -29,8 +29,8 @@ from pydantic import Field, model_validator
 
 from suite.embeddings.base import (
     EmbeddingContext,
-    EmbeddingMethod,
     EmbeddingOptions,
+    SelfUpdating,
 )
 from suite.embeddings.budget import knob_hook
 from suite.embeddings.tables import ADAGRAD_EPS
@@ -64,8 +64,7 @@ class RobeOptions(EmbeddingOptions):
         None, ge=0, description="seed of the hash coefficients A, B, C (default: the run's seed)"
     )
 
-    def _fbgemm_dim(self) -> RobeOptions:  # ROBE's array has no fbgemm dim constraint
-        return self
+    fbgemm_dim_rule = False  # ROBE's array has no fbgemm dim constraint
 
     @model_validator(mode="after")
     def _check_block(self) -> RobeOptions:
@@ -100,7 +99,7 @@ def robe_slots(
 
 
 @EMBEDDINGS.register("robe")
-class RobeEmbedding(EmbeddingMethod):
+class RobeEmbedding(SelfUpdating):
     """ROBE-Z (Desai et al., MLSys 2022, https://arxiv.org/abs/2108.02191): one shared
     array, every embedding read as blocks of Z values at hashed offsets.
 
@@ -139,7 +138,6 @@ class RobeEmbedding(EmbeddingMethod):
         self.register_buffer("coefficients", robe_coefficients(seed).to(device))
         self.register_buffer("array", array.to(device))
         self.register_buffer("opt_state", torch.zeros(self._state_size(), device=device))
-        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _state_size(self) -> int:
         return {
@@ -167,7 +165,7 @@ class RobeEmbedding(EmbeddingMethod):
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor]) -> None:
         device = self.array.device
         self.load_state_dict({k: v.to(device) for k, v in tensors.items()})
-        self._pending = None
+        self.drop_kept()
 
     # ----------------------------------------------------------------- lookup
     def slots(self, sparse: torch.Tensor) -> torch.Tensor:
@@ -178,19 +176,11 @@ class RobeEmbedding(EmbeddingMethod):
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         slots = self.slots(sparse)
         out = self.array[slots]  # [B, F, D]
-        if self.training and torch.is_grad_enabled():
-            out.requires_grad_()
-            self._pending = (slots, out)
-        return out
+        return self.keep_for_update(out, slots)
 
     # ----------------------------------------------------------------- training
-    def after_step(self, step: int) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None and pending[1].grad is not None:
-            self._update(pending[0], pending[1].grad)
-
     @torch.no_grad()
-    def _update(self, slots: torch.Tensor, grad: torch.Tensor) -> None:
+    def update_read(self, slots: torch.Tensor, grad: torch.Tensor) -> None:
         """The sparse optimizer on the slots read: ``slots``, ``grad`` ``[B, F, D]``."""
         unique, inverse = torch.unique(slots.reshape(-1), return_inverse=True)
         summed = grad.new_zeros(len(unique)).index_add_(0, inverse, grad.reshape(-1))

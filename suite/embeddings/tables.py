@@ -143,12 +143,12 @@ class PhysicalTables(nn.Module):
         if len(bounds) != len(rows):
             raise ValueError("init_bounds must give one (low, high) per table")
         self.rows, self.dims = list(rows), list(dims)
-        backend = table_backend(backend)  # torch where fbgemm-gpu does not import
-        self.backend, self.optimizer_name = backend, optimizer
+        self.backend = table_backend(backend)  # torch where fbgemm-gpu does not import
+        self.optimizer_name = optimizer
         self.learning_rate = learning_rate
         self.init_bounds, self.seed, self.materialized = bounds, seed, materialize
         device = torch.device(device)
-        in_kernel = [backend == "fbgemm" and d % FBGEMM_DIM_MULTIPLE == 0 for d in self.dims]
+        in_kernel = [self.backend == "fbgemm" and d % FBGEMM_DIM_MULTIPLE == 0 for d in self.dims]
         self.kernel_tables = [t for t, k in enumerate(in_kernel) if k]
         self.bag_tables = [t for t, k in enumerate(in_kernel) if not k]
         self.kernel: nn.Module | None = None
@@ -388,7 +388,7 @@ class RowwiseAdagrad(torch.optim.Optimizer):
                 self.state[p]["sum"] = torch.zeros(p.shape[0], device=p.device)
 
     @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[override]
+    def step(self, closure=None):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:

@@ -129,11 +129,11 @@ def decode(encoded: Encoded) -> np.ndarray:
 
 class _StraightThrough(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, decoded: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    def forward(ctx, x: torch.Tensor, decoded: torch.Tensor) -> torch.Tensor:
         return decoded
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad, None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from torch import nn
 from suite.config import TrackingConfig, TrainConfig
 from suite.data.batch import Batch
 from suite.data.loader import BatchLoader
+from suite.data.prefetch import batches_ahead
 from suite.data.prepared import PreparedDataset, SplitArrays
 from suite.engine.checkpoint import Checkpointer, LoopState
 from suite.metrics import binary_metrics
@@ -204,6 +205,10 @@ def train_step(
     return loss
 
 
+PREDICT_READ_EVERY = 64
+"""Evaluation batches whose logits stay on the device before one read to the host."""
+
+
 @torch.no_grad()
 def predict(
     model: RecModel,
@@ -221,13 +226,26 @@ def predict(
     ranks = model.ranks
     out = np.empty(len(split), dtype=np.float32)  # a rank's parts hold at most every row
     start = 0
+    pending: list[torch.Tensor] = []  # logits still on the device, read back a chunk at a time
+
+    def read_back() -> None:
+        nonlocal start
+        if pending:
+            logits = torch.cat(pending).cpu().numpy()
+            out[start : start + len(logits)] = logits
+            start += len(logits)
+            pending.clear()
+
     loader = BatchLoader(split, batch_size * ranks.world, part=ranks.part)
-    for batch in progress_bar(loader, desc=desc, enabled=progress, leave=False, unit="batch"):
-        batch = batch.to(device)
-        logits = model(batch.dense, batch.sparse)
-        real = batch.rows
-        out[start : start + real] = logits[:real].float().cpu().numpy()
-        start += real
+    batches = progress_bar(loader, desc=desc, enabled=progress, leave=False, unit="batch")
+    with closing(batches_ahead(iter(batches), device)) as ahead:
+        for batch in ahead:
+            real = batch.rows  # on the host, before the copy
+            batch = batch.to(device)
+            pending.append(model(batch.dense, batch.sparse)[:real].float())
+            if len(pending) >= PREDICT_READ_EVERY:
+                read_back()
+    read_back()
     model.train(was_training)
     return ranks.gather_parts(out[:start], len(split), batch_size * ranks.world)
 
@@ -296,6 +314,7 @@ def train(
         stop = loop.epoch(epoch)
         if loop.state.step >= loop.total or stop:
             break
+    loop.read_loss()
     loop.bar.close()
     return _outcome(model, train_config, loop.state, loop.total, loop.checkpoint_seconds)
 
@@ -328,6 +347,10 @@ class _Loop:
     tick: float = 0.0
     """When the clock of training time (``state.seconds``) last started."""
     bar: Any = None
+    loss_total: torch.Tensor | None = None
+    """``state.loss_sum`` plus every step's loss since, summed on the device in float64 in
+    step order: the very sum the host made adding each step's loss to ``state.loss_sum``,
+    without reading a loss per step (:meth:`read_loss` reads it back)."""
 
     @classmethod
     def start(
@@ -372,6 +395,8 @@ class _Loop:
 
     @property
     def log_every(self) -> int:
+        """Steps between loss logs, each the one read of the device's loss sum (1 to 50:
+        a 20th of the run)."""
         return max(1, min(50, self.total // 20))
 
     def epoch(self, epoch: int) -> bool:
@@ -383,10 +408,12 @@ class _Loop:
         self.loader.set_epoch(epoch)
         self.tick = time.perf_counter()
         stop = False
-        for batch in self.loader.batches(state.batch) if state.step < self.total else ():
-            stop = self.step(batch)
-            if state.step >= self.total or stop:
-                break
+        batches = self.loader.batches(state.batch) if state.step < self.total else iter(())
+        with closing(batches_ahead(batches, self.device)) as ahead:
+            for batch in ahead:
+                stop = self.step(batch)
+                if state.step >= self.total or stop:
+                    break
         state.seconds += time.perf_counter() - self.tick
         if not state.history or state.history[-1]["step"] != state.step:
             stop = self.validate()
@@ -403,16 +430,32 @@ class _Loop:
             writer.observe(model, batch.sparse)
         loss = train_step(model, batch, self.dense_opt, state.step)
         state.examples += len(batch)
-        state.loss_sum += float(loss.detach())
+        self.add_loss(loss)
         state.loss_count += 1
         self.bar.update(1)
         if state.step % self.log_every == 0 or state.step == self.total:
             self.log_loss()
         return self.between_steps()
 
+    def add_loss(self, loss: torch.Tensor) -> None:
+        """Add a step's loss to :attr:`loss_total` on the device; no host read."""
+        if self.loss_total is None:
+            self.loss_total = loss.new_full((), self.state.loss_sum, dtype=torch.float64)
+        self.loss_total.add_(loss.detach().to(torch.float64))
+
+    def read_loss(self) -> None:
+        """Read :attr:`loss_total` back into ``state.loss_sum``: the loop's one host read of
+        a device value, at a loss log (every :attr:`log_every` steps) or a checkpoint. A
+        NaN or infinite loss of any step since the last read is in it, so the logged loss
+        shows it as it did when each step's loss was read."""
+        if self.loss_total is not None:
+            self.state.loss_sum = float(self.loss_total)
+            self.loss_total = None
+
     def log_loss(self) -> None:
         """Show and report the mean training loss since the last report (summed over the
         ranks: each rank's loss is its share of the batch's mean loss)."""
+        self.read_loss()
         state = self.state
         state.loss_sum = self.model.ranks.sum([state.loss_sum])[0]
         self.bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}")
@@ -436,6 +479,7 @@ class _Loop:
                 )
         due = [writer for writer in self.writers if writer.due(state.step)]
         if due:
+            self.read_loss()  # the checkpoint holds the loss summed so far
             with self.paused():
                 self.checkpoint_seconds += sum(
                     w.save(self.model, self.dense_opt, state).seconds for w in due

@@ -7,7 +7,9 @@ table bytes read from the kernel's own CUDA tensors; the ``tiered`` task's repla
 fbgemm's ``MANAGED_CACHING`` tables; TBE forward/backward bytes per second against the
 device's measured copy bandwidth; and every registered embedding method against its CPU
 build (same init and bytes, one step and its lookups up to rounding, a checkpoint restored
-bit for bit) with its train step cost against ``full``'s. It writes
+bit for bit) with its train step cost against ``full``'s; and the ``full`` DLRM job at
+Kaggle size with both backends at batch 2048 and 8192 (samples/s, the step's profile, the
+GPU's busy share, against issue 70's targets: :mod:`suite.gpu_check.kaggle`). It writes
 ``<out>/gpu-<device-slug>.json`` (``nvidia-smi`` figures, versions, each step's status,
 reason and figures; with ``--only STEP ...``, ``gpu-<device-slug>-<step>....json``, so a
 partial check leaves the full record alone) and prints a table.
@@ -40,6 +42,7 @@ from suite.environment import environment, fbgemm_version
 from suite.fileio import write_text_atomic
 from suite.gpu_check import steps
 from suite.gpu_check.bandwidth import BYTES_COUNTED
+from suite.gpu_check.kaggle import kaggle_step
 from suite.gpu_check.methods import methods_step
 from suite.kernel_backend import fbgemm_available
 
@@ -55,7 +58,7 @@ class Step:
 
     name: str
     title: str
-    run: Callable[[torch.device], steps.Outcome]
+    run: Callable[[torch.device], steps.StepOutcome]
     cpu_analog: bool = True
 
 
@@ -68,6 +71,7 @@ STEPS = [
     Step("caching-replay", "tiered task, MANAGED_CACHING replay", steps.tiered_step),
     Step("tbe-bandwidth", "TBE bytes/s vs copy bandwidth", steps.bandwidth_step),
     Step("methods", "every embedding method: cpu agreement, restore, cost", methods_step),
+    Step("kaggle-full", "full DLRM job at Kaggle size: samples/s, profile, busy", kaggle_step),
 ]
 
 

@@ -32,6 +32,9 @@ from suite.embeddings.tables import PhysicalTables
 
 PUBLISHED_FRACTION_OF_PEAK = {"forward": 0.65, "backward": 0.26}
 """fbgemm TBE's published share of HBM peak on production workloads."""
+TARGET_SHARE_OF_COPY = {"forward": 0.60, "backward": 0.25}
+"""The suite's targets for TBE (issue 70): forward and backward bytes/s at least these
+shares of the measured copy bandwidth, on a GPU."""
 
 BYTES_COUNTED = (
     "forward: B*T*L rows x 4D + indices + offsets + B*T x 4D outputs; "
@@ -146,12 +149,18 @@ def bandwidth_report(
     for shape in shapes:
         figures = tbe_bandwidth(shape, device, iterations)
         for direction in ("forward", "backward"):
-            figures[f"{direction}_ratio_to_copy"] = figures[f"{direction}_bytes_per_s"] / copy
+            ratio = figures[f"{direction}_bytes_per_s"] / copy
+            figures[f"{direction}_ratio_to_copy"] = ratio
+            on_gpu = device.type == "cuda"  # a CPU's ratios are no GPU target's
+            figures[f"{direction}_meets_target"] = (
+                ratio >= TARGET_SHARE_OF_COPY[direction] if on_gpu else None
+            )
         rows.append(figures)
     return {
         "copy_bytes": copy_bytes,
         "copy_bytes_per_s": copy,
         "bytes_counted": BYTES_COUNTED,
         "published_fraction_of_peak": PUBLISHED_FRACTION_OF_PEAK,
+        "target_share_of_copy": TARGET_SHARE_OF_COPY,
         "shapes": rows,
     }

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from suite.errors import ConfigError
-from suite.gpu_check.steps import DATA, Outcome, _run, kind, run_overrides
+from suite.gpu_check.steps import DATA, StepOutcome, _run, kind, run_overrides
 
 STEP_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 """How far one training step on the device may move a method's storage from CPU's: the
@@ -57,7 +57,7 @@ def rounds_stochastically(name: str) -> bool:
     return options is not None and "stochastic" in options.model_fields
 
 
-def _config(name: str, device: torch.device, results: str, **values: Any):  # noqa: ANN202
+def _config(name: str, device: torch.device, results: str, **values: Any):
     from suite.api import resolve
 
     if rounds_stochastically(name):
@@ -169,7 +169,7 @@ def checkpoint_round_trip(name: str, device: torch.device) -> list[str]:
     last, restore it into a fresh model there; problems if its storage differs."""
     from suite.data.source import get_prepared
     from suite.engine.build import build_model
-    from suite.engine.checkpoint import Checkpointer, Interval
+    from suite.engine.checkpoint import Checkpointer, CheckpointEvery
     from suite.engine.train import train
 
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as results:
@@ -178,7 +178,7 @@ def checkpoint_round_trip(name: str, device: torch.device) -> list[str]:
         identity = {"config_hash": config.config_hash(), "data_fingerprint": data.fingerprint}
         root = Path(results) / "checkpoints"
         model = build_model(config, data)
-        with Checkpointer(root, identity, Interval(steps=CHECKPOINT_STEPS)) as c:
+        with Checkpointer(root, identity, CheckpointEvery(steps=CHECKPOINT_STEPS)) as c:
             train(model, data, config.train, config.seed, device, checkpoints=c)
         restored = build_model(config, data)
         with Checkpointer(root, identity, resume=True) as c:
@@ -188,7 +188,7 @@ def checkpoint_round_trip(name: str, device: torch.device) -> list[str]:
     return [f"{name}: checkpoint restored on {device.type} differs from the trained model"]
 
 
-def methods_step(device: torch.device) -> Outcome:
+def methods_step(device: torch.device) -> StepOutcome:
     """Every registered embedding method on ``device`` (see the module docstring)."""
     from suite.registry import EMBEDDINGS
 
@@ -223,4 +223,4 @@ def methods_step(device: torch.device) -> Outcome:
     summary = f"{len(ran)} methods agree with cpu and restore ({kind(device)}); step cost vs full: {costs}"
     if refused:
         summary += f"; refused: {', '.join(refused)}"
-    return Outcome(figures, summary, problems)
+    return StepOutcome(figures, summary, problems)

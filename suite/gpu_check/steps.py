@@ -1,4 +1,4 @@
-"""The GPU check's steps. Each takes the device and a size and returns an :class:`Outcome`:
+"""The GPU check's steps. Each takes the device and a size and returns a :class:`StepOutcome`:
 figures for the JSON, a one-line summary for the table, and the problems that fail it.
 
 Every step goes through the suite's own entry points (``suite.api.run``, ``build_model``,
@@ -78,7 +78,7 @@ model, data and update, so only float rounding (and CUDA's atomics) separate the
 
 
 @dataclass
-class Outcome:
+class StepOutcome:
     """What a step found: ``figures`` (JSON-able), ``summary`` (one table line) and
     ``problems`` (each fails the step)."""
 
@@ -144,10 +144,10 @@ def _pick(metrics: dict[str, float], patterns: tuple[str, ...]) -> dict[str, flo
     return out
 
 
-def task_step(task: str) -> Callable[[torch.device], Outcome]:
+def task_step(task: str) -> Callable[[torch.device], StepOutcome]:
     """A step running ``task`` with fbgemm's TBE and with the torch backend."""
 
-    def step(device: torch.device) -> Outcome:
+    def step(device: torch.device) -> StepOutcome:
         per_backend: dict[str, dict[str, float]] = {}
         problems = []
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as results:
@@ -184,7 +184,7 @@ def task_step(task: str) -> Callable[[torch.device], Outcome]:
             summary = (
                 f"train samples/s at batch {batch}: fbgemm {fb[key]:,.0f}, torch {pt[key]:,.0f}"
             )
-        return Outcome(per_backend, summary, problems)
+        return StepOutcome(per_backend, summary, problems)
 
     return step
 
@@ -215,7 +215,7 @@ def expected_quantized_bytes(rows: list[int], dims: list[int], bits: int, device
     )
 
 
-def quantized_bytes(method: Any, precision: str) -> Outcome:
+def quantized_bytes(method: Any, precision: str) -> StepOutcome:
     """int8/int4 bytes of ``method``'s tables read from the kernel's own tensors, against
     the suite's accounting (``memory()``, what ``lowprec`` reports) and fbgemm's layout."""
     from suite.embeddings.quantize import quantize_embedding
@@ -258,10 +258,10 @@ def quantized_bytes(method: Any, precision: str) -> Outcome:
         f"{precision} {figures['row_bytes_physical']} B/row "
         f"({figures['row_bytes_unpadded']} unpadded), {figures['kernel_tensor_bytes']:,} B"
     )
-    return Outcome(figures, summary, problems)
+    return StepOutcome(figures, summary, problems)
 
 
-def lowprec_bytes_step(device: torch.device) -> Outcome:
+def lowprec_bytes_step(device: torch.device) -> StepOutcome:
     """int8 and int4 tables of a full-embedding DLRM built on ``device``."""
     from suite.api import resolve
     from suite.data.source import get_prepared
@@ -271,14 +271,14 @@ def lowprec_bytes_step(device: torch.device) -> Outcome:
         config = resolve(None, run_overrides(device, "accuracy", results))
     model = build_model(config, get_prepared(config.dataset, progress=False))
     outcomes = {p: quantized_bytes(model.embedding, p) for p in ("int8", "int4")}
-    return Outcome(
+    return StepOutcome(
         {p: o.figures for p, o in outcomes.items()},
         "; ".join(o.summary for o in outcomes.values()),
         [p for o in outcomes.values() for p in o.problems],
     )
 
 
-def tiered_step(device: torch.device) -> Outcome:
+def tiered_step(device: torch.device) -> StepOutcome:
     """The ``tiered`` task; on CUDA with ``fbgemm_replay`` (fbgemm's ``MANAGED_CACHING``
     tables, LRU and LFU, replaying the stream), on CPU its simulation alone."""
     replay = device.type == "cuda"
@@ -298,7 +298,7 @@ def tiered_step(device: torch.device) -> Outcome:
             f"{name.removeprefix('hbm ').replace(' + dram', '')} {share:.3f}"
             for name, share in simulated.items()
         )
-        return Outcome(figures, f"simulated hits: {shares} (replay needs CUDA)", problems)
+        return StepOutcome(figures, f"simulated hits: {shares} (replay needs CUDA)", problems)
     rows = result.details["fbgemm_replay"]
     figures["fbgemm_replay"] = rows
     for row in rows:
@@ -308,10 +308,10 @@ def tiered_step(device: torch.device) -> Outcome:
         f"{r['policy']} {r['share']:.0%} fbgemm {r['fbgemm']:.3f} sim {r['simulated']:.3f}"
         for r in rows
     )
-    return Outcome(figures, summary, problems)
+    return StepOutcome(figures, summary, problems)
 
 
-def bandwidth_step(device: torch.device) -> Outcome:
+def bandwidth_step(device: torch.device) -> StepOutcome:
     """TBE forward and backward bytes/s against the measured copy bandwidth."""
     sizes = BANDWIDTH[kind(device)]
     report = bandwidth_report(sizes["shapes"], device, sizes["copy_bytes"], sizes["iterations"])
@@ -333,13 +333,13 @@ def bandwidth_step(device: torch.device) -> Outcome:
         f"copy {copy / 1e9:,.1f} GB/s; {'; '.join(parts)} (x of copy; published x of peak: "
         f"fwd {published['forward']:.2f} bwd {published['backward']:.2f})"
     )
-    return Outcome(report, summary, problems)
+    return StepOutcome(report, summary, problems)
 
 
 PASSED = re.compile(r"(\d+) (passed|failed|skipped|error|errors|deselected)")
 
 
-def gpu_tests_step(device: torch.device) -> Outcome:
+def gpu_tests_step(device: torch.device) -> StepOutcome:
     """``pytest -m gpu`` in the suite's checkout (CUDA only)."""
     if not (REPO / "tests").is_dir():
         raise RuntimeError(f"no tests/ beside the suite at {REPO} (installed without its checkout)")
@@ -351,4 +351,4 @@ def gpu_tests_step(device: torch.device) -> Outcome:
     problems = [] if done.returncode == 0 else [f"pytest -m gpu exit {done.returncode}"]
     if done.returncode == 0 and not counts.get("passed"):
         problems.append("no gpu test passed")
-    return Outcome(figures, lines[-1] if lines else "no output", problems)
+    return StepOutcome(figures, lines[-1] if lines else "no output", problems)

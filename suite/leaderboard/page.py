@@ -30,6 +30,8 @@ from suite.leaderboard.board import Cell, Column, board_rows, group_meta, group_
 from suite.leaderboard.ranking import MEMORY_METRIC, Group, Item, groups
 
 TEMPLATES = files("suite.leaderboard") / "templates"
+WIDE_CHART = 12
+"""A board with more entries than this draws its chart the page's full width."""
 STYLE = (TEMPLATES / "leaderboard.css").read_text(encoding="utf-8")
 SCRIPT = (TEMPLATES / "leaderboard.js").read_text(encoding="utf-8")
 
@@ -160,6 +162,7 @@ def cell_view(column: Column, cell: Cell) -> dict[str, Any]:
     classes = " ".join(c for c in (*kinds, "files" if is_files else "") if c)
     return {
         "classes": classes,
+        "label": column.head,
         "sort": cell.sort,
         "files": is_files,
         "link": cell.link,
@@ -174,6 +177,7 @@ def board_view(group: Group, title: str) -> dict[str, Any]:
     chart = None
     if group.has_chart:
         chart = {
+            "wide": len(group.items) > WIDE_CHART,
             "direction": "higher" if group.higher_is_better else "lower",
             "quality": group.spec(group.primary).label_for(group.primary),
             "memory": group.spec(MEMORY_METRIC).label_for(MEMORY_METRIC),

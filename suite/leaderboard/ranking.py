@@ -3,7 +3,7 @@
 One board per dataset x task x protocol x data fingerprint, so a board only ever compares
 runs on the same data; verified entries rank first by the task's primary metric, and each
 entry is compared with the board's #1 by the reproductions' rule (:mod:`suite.decisions`,
-through :func:`suite.stats.seed_comparison`).
+through :func:`suite.decisions.seed_comparison`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.decisions import seed_comparison
 from suite.leaderboard.metrics import primary_metric, spec_for
 from suite.leaderboard.schema import FILENAME_PATTERN, Submission, slug
 from suite.leaderboard.verified import Verification
 from suite.results import MetricSpec
-from suite.stats import Interval, format_p, mean_ci, seed_comparison
+from suite.stats import Interval, format_p, mean_ci
 
 MEMORY_METRIC = "embedding_bytes"
 
@@ -121,7 +122,8 @@ def train_rows(sub: Submission) -> int | None:
 
 
 def groups(items: Iterable[Item]) -> list[Group]:
-    """Boards in a fixed order, keyed by dataset, task, protocol and data fingerprint, each
+    """Boards in a fixed order (dataset, task, protocol, then the most training rows first),
+    keyed by dataset, task, protocol and data fingerprint, each
     ranked: verified entries first, then stale and unverified ones, each by the primary
     metric's mean."""
     by_key: dict[tuple[str, str, str, str], list[Item]] = {}
@@ -129,7 +131,14 @@ def groups(items: Iterable[Item]) -> list[Group]:
         s = item.sub
         by_key.setdefault((s.dataset, s.task, s.protocol, s.data_fingerprint), []).append(item)
     out = []
-    for (dataset, task, protocol, fingerprint), members in sorted(by_key.items()):
+
+    def order(entry: tuple[tuple[str, str, str, str], list[Item]]) -> tuple:
+        # by dataset, task and protocol; within them the most training rows first
+        (dataset, task, protocol, fingerprint), members = entry
+        rows = max((train_rows(i.sub) or 0 for i in members), default=0)
+        return (dataset, task, protocol, -rows, fingerprint)
+
+    for (dataset, task, protocol, fingerprint), members in sorted(by_key.items(), key=order):
         shared = set.intersection(*(set(i.sub.metrics) for i in members))
         primary = choose_primary(task, shared, [i.sub for i in members])
         sign = -1.0 if members[0].sub.metrics[primary].higher_is_better else 1.0

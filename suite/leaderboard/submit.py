@@ -81,14 +81,14 @@ def _run_result(client: RunStore, run_id: str) -> tuple[TaskResult, str | None]:
     """The ``result.json`` artifact of an MLflow run, and the run's parent run id."""
     try:
         run = client.run(run_id)
-    except Exception as exc:  # noqa: BLE001 - mlflow raises several kinds
+    except Exception as exc:
         raise SuiteError(f"MLflow run {run_id}: cannot read it ({exc})") from None
     if run.info.status != "FINISHED":
         raise SuiteError(f"MLflow run {run_id} is {run.info.status}, not FINISHED")
     with tempfile.TemporaryDirectory(prefix="recsuite-submit-") as tmp:
         try:
             local = client.download(run_id, "result.json", tmp)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise SuiteError(f"MLflow run {run_id} has no result.json artifact ({exc})") from None
         if not inside(local, Path(tmp)):
             raise SuiteError(f"MLflow run {run_id}: artifact path escapes the download folder")
@@ -117,7 +117,7 @@ def results_from_parent(parent_id: str, tracking_uri: str | None) -> list[TaskRe
     _check_run_id(parent_id)
     try:
         parent = client.run(parent_id)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise SuiteError(f"MLflow run {parent_id}: cannot read it ({exc})") from None
     children = client.find([parent.info.experiment_id], f"tags.`{PARENT_RUN_TAG}` = '{parent_id}'")
     finished = [c.info.run_id for c in children if c.info.status == "FINISHED"]

@@ -15,7 +15,10 @@ and the other is blamed.
 
 Everything here is re-computed from the file itself, so it catches mistakes and edits, not
 made-up numbers that agree with each other: only ``verify`` re-runs a seed. Entries without
-a record in ``verifications.yaml`` are reported as unverified (a warning) and rendered so.
+a record in ``verifications.yaml`` are reported as unverified (a warning) and rendered so;
+a record that does not bind the file it is filed under (its content hash, the figures it
+reproduced, or the committed runs it regenerates from: :func:`binding_problems`) is a
+problem, so a record copied to an edited, renamed file fails validate and render.
 A record is resolved with the fields added since it was made set to their old values
 (:mod:`suite.leaderboard.history`); one this suite cannot re-run as recorded (a field added
 since with no old value in that table, or re-runs that all predate a change that alters
@@ -48,7 +51,7 @@ from suite.leaderboard.schema import (
     name_key,
     read_json_file,
 )
-from suite.leaderboard.verified import VERIFICATIONS, Verifications
+from suite.leaderboard.verified import VERIFICATIONS, Verifications, binding_problem
 
 REL_TOL = 1e-9
 ABS_TOL = 1e-12
@@ -252,7 +255,7 @@ def _check_resolves(name: str, sub: Submission) -> tuple[list[Problem], list[Pro
     except ConfigError as exc:
         problems.append(Problem(name, "config", f"does not resolve with this suite: {exc}"))
         return problems, warnings
-    except Exception as exc:  # noqa: BLE001 - any failure of untrusted config is a problem
+    except Exception as exc:
         problems.append(Problem(name, "config", f"does not resolve with this suite: {exc}"))
         return problems, warnings
     recorded = flat({**config, "seed": sub.seeds[0].seed})
@@ -534,9 +537,28 @@ def validate(
         report.verifications = Verifications.load(leaderboard_dir / VERIFICATIONS)
     except SuiteError as exc:
         report.problems.append(Problem(VERIFICATIONS, "(file)", str(exc)))
-    for path, _ in report.submissions:
+    for path, sub in report.submissions:
+        label = label_of(path, root)
+        report.problems += binding_problems(label, path, sub, report.verifications, root.parent)
         report.warnings += verification_warnings(label_of(path, root), path, report.verifications)
     return report
+
+
+def binding_problems(
+    label: str, path: Path, sub: Submission, verifications: Verifications, runs_root: Path
+) -> list[Problem]:
+    """One problem per record in ``verifications.yaml`` under ``path``'s name that does not
+    bind this file: another content hash, other figures than the seed's it re-ran, or
+    committed runs under ``runs_root`` (the leaderboard's parent folder) that no longer
+    rebuild it (:func:`~suite.leaderboard.verified.binding_problem`). A record copied under
+    an edited, renamed file fails here, and so do validate and render."""
+    problems = []
+    for i, record in enumerate(verifications.of(path.name)):
+        why = binding_problem(record, sub, runs_root)
+        if why is not None:
+            where = f"{VERIFICATIONS} verified[{path.name}][{i}]"
+            problems.append(Problem(label, where, f"does not match this file: {why}"))
+    return problems
 
 
 def verification_warnings(label: str, path: Path, verifications: Verifications) -> list[Problem]:

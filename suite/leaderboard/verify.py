@@ -37,7 +37,12 @@ from suite.leaderboard.history import ADDED_SINCE, Resolved, recorded_hash, reso
 from suite.leaderboard.metrics import declared
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.validate import STALE, check_config, load_submission
-from suite.leaderboard.verified import VERIFICATIONS, Verification, Verifications
+from suite.leaderboard.verified import (
+    VERIFICATIONS,
+    Verification,
+    Verifications,
+    bound_figures,
+)
 from suite.results import TaskResult
 
 DEFAULT_TOLERANCE = 3e-3
@@ -61,7 +66,9 @@ class VerifyOptions:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class MetricCheck:
+    """One recorded metric against the re-run's value, by its kind's tolerance."""
+
     metric: str
     recorded: float
     rerun: float | None
@@ -91,15 +98,17 @@ class Comparison:
 
 
 @dataclass
-class Outcome:
+class SeedRerun:
+    """The re-run of one recorded seed: its rule, metric checks, notes and result."""
+
     seed: int
     rule: str
-    comparisons: list[Comparison] = field(default_factory=list)
+    comparisons: list[MetricCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     result: TaskResult | None = None
 
     @property
-    def compared(self) -> list[Comparison]:
+    def compared(self) -> list[MetricCheck]:
         return [c for c in self.comparisons if c.tolerance is not None]
 
     @property
@@ -133,7 +142,7 @@ def load_checked(path: Path) -> tuple[Submission, str | None]:
 
 def compare(
     task: str, recorded: dict[str, float], rerun: dict[str, float], tolerance: float
-) -> list[Comparison]:
+) -> list[MetricCheck]:
     """Each recorded metric against the re-run, by the kind ``task`` declares for it."""
     out = []
     for metric, value in sorted(recorded.items()):
@@ -145,13 +154,13 @@ def compare(
             tol = 0.0
         else:
             tol = tolerance
-        out.append(Comparison(metric, value, rerun.get(metric), tol))
+        out.append(MetricCheck(metric, value, rerun.get(metric), tol))
     return out
 
 
 def verify(
     path: Path, options: VerifyOptions | None = None, log: Callable[[str], Any] = print
-) -> Outcome:
+) -> SeedRerun:
     """Re-run one recorded seed (``options.seed``, default the first) of the submission at
     ``path`` and compare its metrics with the recorded ones."""
     import torch
@@ -185,7 +194,7 @@ def verify(
 
     versions = {"torch": torch.__version__, "fbgemm": fbgemm_version()}
     tolerance, rule = tolerance_rule(sub, device, versions, opts.tolerance)
-    outcome = Outcome(seed, rule)
+    outcome = SeedRerun(seed, rule)
     for added in resolved.applied:
         old = next(a for a in ADDED_SINCE if a.path == added)
         outcome.notes.append(
@@ -226,7 +235,7 @@ def verify(
     outcome.comparisons = compare(sub.task, runs[seed].metrics, result.metrics, tolerance)
     if opts.record and outcome.ok:
         board = board_of(path)
-        record_verification(board / VERIFICATIONS, path.name, outcome, result)
+        record_verification(board / VERIFICATIONS, path.name, outcome, result, sub)
         log(f"recorded in {board / VERIFICATIONS}")
     return outcome
 
@@ -267,9 +276,11 @@ def board_of(path: Path) -> Path:
 
 
 def record_verification(
-    registry: Path, file: str, outcome: Outcome, result: TaskResult
+    registry: Path, file: str, outcome: SeedRerun, result: TaskResult, sub: Submission
 ) -> Verification:
-    """Append the agreeing re-run to ``verifications.yaml`` (atomically)."""
+    """Append the agreeing re-run to ``verifications.yaml`` (atomically), bound to ``sub``'s
+    content hash and the figures the re-run measured for the seed (every metric but
+    timings), which ``validate`` checks against the file."""
     import datetime as dt
 
     if not outcome.ok:
@@ -285,6 +296,8 @@ def record_verification(
         torch=str(env.get("torch", "unknown")),
         rule="bit-identical" if outcome.identical else outcome.rule,
         max_abs_difference=outcome.max_abs_difference,
+        content_hash=sub.content_hash(),
+        figures=bound_figures(sub, outcome.seed, result.metrics),
     )
     records = Verifications.load(registry)
     records.add(file, record)

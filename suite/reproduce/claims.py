@@ -23,6 +23,7 @@ from suite.decisions import (
     Plan,
     Test,
     decide,
+    interval_verdict,
     noise_of,
     plan,
     seed_covariance,
@@ -38,7 +39,6 @@ from suite.stats import (
     components_covariance,
     fit_scaling,
     mean_ci,
-    verdict,
 )
 
 SeedFigures = dict[str, dict[int, dict[str, float]]]
@@ -544,7 +544,7 @@ def evaluate_scaling(
     left_at, right_at = left.predict_interval(at), right.predict_interval(at)
     draws = _predictions(left.replicates, at) - _predictions(right.replicates, at) if paired else []
     difference = _percentile(left_at.mean - right_at.mean, np.asarray(draws), len(seeds))
-    result = verdict(difference, "less", claim.margin)
+    result = interval_verdict(difference, "less", claim.margin)
     result = UNDERPOWERED if result == "inconclusive" else result
     note = f"at C = {at:.3g} FLOPs; " + note
     return (

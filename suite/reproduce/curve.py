@@ -1,5 +1,10 @@
 """Every compression method at the same memory: AUC against total bytes, ranked per budget.
 
+This module ranks the measured curve (:func:`curve_data`); its points' options are planned
+in :mod:`suite.reproduce.plan` (:func:`~suite.reproduce.plan.with_budget_options`), its
+figure is :func:`suite.reproduce.plots.curve_figure` and its section of the report
+:func:`suite.reproduce.report.curve_section`.
+
 A spec's ``curve`` (``suite.reproduce.spec``) runs each method at ``1/b`` of its reference
 run's total embedding bytes (``embedding_total_bytes``: parameters, index, utilities and
 sparse optimizer state), the options chosen by the method's own ``options_at_budget``
@@ -21,50 +26,21 @@ sparse optimizer state), the options chosen by the method's own ``options_at_bud
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from suite.config import deep_merge, validate_config
 from suite.decisions import ALPHA, Noise, decide, holm, noise_of, t_quantile
-from suite.embeddings.budget import BudgetUnreachable, options_at_budget
-from suite.reproduce.outcome import WALL_GAP_S
-from suite.reproduce.spec import BUDGET_KEY, Curve
+from suite.reproduce.outcome import PaperOutcome, SeededRun, stretch_of
+from suite.reproduce.spec import Curve
 
 MARGIN = 0.001
 """The field's practical AUC difference."""
-LINE = {"fmt": "-o", "capsize": 3, "markersize": 4, "lw": 1.4}
-"""How a method's line is drawn on the curve."""
 TestVariance = Callable[[str, str], tuple[float, int]]
 """``(left, right) -> (shared test variance, test rows)`` of ``AUC(left) - AUC(right)``
 (``right == ""``: of ``AUC(left)``); ``(0, 0)`` where unknown."""
-
-
-def with_budget_options(data: dict[str, Any], what: str) -> dict[str, Any]:
-    """A curve run's config data with its method's options at its budget, chosen on the
-    cardinalities of its dataset (prepared now if need be). Raises
-    :class:`BudgetUnreachable` where the method cannot come down to the budget."""
-    from suite.data.source import get_prepared
-
-    rest = {k: v for k, v in data.items() if k != BUDGET_KEY}
-    config = validate_config(rest, what)
-    cards = tuple(get_prepared(config.dataset, progress=False).schema.cardinalities)
-    dim = int(config.embedding.typed_options().dim)
-    optimizer = config.train.sparse_optimizer
-    options = _options(config.embedding.name, float(data[BUDGET_KEY]), dim, cards, optimizer)
-    return deep_merge(rest, {"embedding": {"options": options}})
-
-
-@functools.lru_cache(maxsize=256)
-def _options(
-    name: str, fraction: float, dim: int, cards: tuple[int, ...], optimizer: str
-) -> dict[str, Any]:
-    return options_at_budget(name, fraction, dim, list(cards), optimizer)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------- ranking
@@ -195,10 +171,7 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-# ------------------------------------------------------------------------------- report
-
-
-def _test_variance(outcome: Any) -> TestVariance:
+def test_variance(outcome: PaperOutcome) -> TestVariance:
     """The DeLong shared variances of the outcome's runs, from the noise its claims were
     judged with (the runs' kept predictions, or the stored noise of a report regenerated
     from stored results); ``(0, 0)`` where there is none."""
@@ -223,28 +196,14 @@ def _test_variance(outcome: Any) -> TestVariance:
     return var
 
 
-def _chosen(config: Any) -> str:
-    """The options a budget chose (those that differ from the method's defaults)."""
-    from suite.registry import EMBEDDINGS
-
-    options = config.embedding.typed_options().model_dump()
-    defaults = EMBEDDINGS.get(config.embedding.name).Options().model_dump()
-    picked = {k: v for k, v in options.items() if k not in ("dim",) and defaults.get(k) != v}
-    return ", ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in picked.items()
-    )
-
-
 APART = "‡"
 """Marks a step cost whose method and reference runs trained in different sittings."""
 
 
-def sittings_apart(outcome: Any) -> Callable[[str, str], bool]:
+def sittings_apart(outcome: PaperOutcome) -> Callable[[str, str], bool]:
     """``apart(a, b)``: whether runs ``a`` and ``b`` trained some common seed in different
     stretches of work (:func:`~suite.reproduce.outcome.stretch_of`), so that a ratio of
     their rates also carries the machine's drift between the two sittings."""
-    from suite.reproduce.outcome import stretch_of
-
     keys = [(run_id, seed) for run_id, rec in outcome.runs.items() for seed in rec.results]
     results = [outcome.runs[run_id].results[seed] for run_id, seed in keys]
     stretch = dict(zip(keys, stretch_of(results), strict=True))
@@ -256,32 +215,16 @@ def sittings_apart(outcome: Any) -> Callable[[str, str], bool]:
     return apart
 
 
-def _step_cost(rec: Any, reference: Any) -> str:
-    ratios = [
-        reference.results[s].metrics["train_samples_per_s"] / r.metrics["train_samples_per_s"]
-        for s, r in rec.results.items()
-        if s in reference.results and r.metrics.get("train_samples_per_s")
-    ]
-    if not ratios:
-        return "n/a"
-    from suite.stats import mean_ci
-
-    ci = mean_ci(ratios)
-    if math.isnan(ci.low):
-        return f"{ci.mean:.2f}x"
-    return f"{ci.mean:.2f}x [{ci.low:.2f}, {ci.high:.2f}]"
-
-
 @dataclass
 class CurveData:
     """One spec's curve as measured: per dataset, standings and the absent points."""
 
     curve: Curve
     dataset: str
-    records: dict[tuple[str, int], Any]
+    records: dict[tuple[str, int], SeededRun]
     absent: dict[int, dict[str, str]]
     standings: list[list[Standing]]
-    reference: Any
+    reference: SeededRun
 
 
 OVER_BUDGET = 0.05
@@ -302,10 +245,9 @@ def over_budget(total: float, full: float, budget: int) -> str | None:
     )
 
 
-def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
-    """The curve of a :class:`~suite.reproduce.outcome.PaperOutcome`, ranked."""
-    from suite.reproduce.plan import run_config
-
+def curve_data(outcome: PaperOutcome) -> CurveData | None:
+    """The curve of a :class:`~suite.reproduce.outcome.PaperOutcome`, ranked; a point it
+    lacks is absent with the plan's reason (``not run`` where the plan reaches it)."""
     curve = outcome.spec.curve
     if curve is None or curve.reference not in outcome.runs:
         return None
@@ -323,13 +265,9 @@ def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
                 else:
                     absent.setdefault(budget, {})[method] = reason
                 continue
-            try:
-                run_config(outcome.spec, outcome.profile, run_id, overrides)
-                reason = "not run"
-            except BudgetUnreachable as exc:
-                reason = str(exc).split(": ", 1)[-1]
+            reason = outcome.unreachable.get(run_id, "not run")
             absent.setdefault(budget, {})[method] = reason
-    var = _test_variance(outcome)
+    var = test_variance(outcome)
     per_budget = []
     for budget in budgets:
         aucs = {
@@ -348,141 +286,5 @@ def curve_data(outcome: Any, overrides: dict[str, Any]) -> CurveData | None:
     )
 
 
-def curve_figure(data: CurveData):  # noqa: ANN201
-    """Test AUC (mean, 95% CI) against total embedding bytes (MiB, log), a line per
-    method, the reference dashed. Returns the Figure."""
-    from suite.figures import MIB, color, label
-    from suite.reproduce.plots import _figure, _plain_log_ticks
-
-    fig, ax = _figure()
-    by_method: dict[str, list[Standing]] = {}
-    for rows in data.standings:
-        for s in rows:
-            by_method.setdefault(s.method, []).append(s)
-    for method in data.curve.methods:
-        points = sorted(by_method.get(method, []), key=lambda s: -s.budget)
-        if not points:
-            continue
-        x = [
-            data.records[(method, s.budget)].metrics["embedding_total_bytes"] / MIB for s in points
-        ]
-        y = [s.auc for s in points]
-        err = [0.0 if math.isnan(s.low) else (s.high - s.low) / 2 for s in points]
-        ax.errorbar(x, y, yerr=err, color=color(method), label=label(method), **LINE)
-    ref, name = data.reference, data.curve.reference
-    auc = ref.interval("test_auc")
-    ax.axhline(auc.mean, color=color(name), ls="--", lw=1)
-    ax.errorbar(
-        [ref.metrics.get("embedding_total_bytes", math.nan) / MIB],
-        [auc.mean],
-        yerr=[0.0 if math.isnan(auc.low) else auc.half_width],
-        color=color(name),
-        label=f"{label(name)} (all bytes)",
-        **LINE,
-    )
-    ax.set_xscale("log")
-    _plain_log_ticks(ax)
-    ax.set_xlabel("total embedding bytes incl. optimizer state (MiB, log scale)")
-    ax.set_ylabel("test AUC (mean and 95% CI)")
-    ax.set_title(f"Compression methods at equal memory ({data.dataset})")
-    ax.legend(fontsize=7, loc="best", title="method", title_fontsize=7)
-    return fig
-
-
 def curve_plot_name(paper: str, dataset: str) -> str:
     return f"curve_{paper}_{dataset}"
-
-
-def draw_curves(reproduction: Any, out_dir: Path) -> list[str]:
-    """Write each spec's curve plot under ``out_dir``; return the PNG names."""
-    from suite.figures import save_figure
-
-    names = []
-    for outcome in reproduction.papers:
-        data = curve_data(outcome, reproduction.overrides)
-        if data is None or not any(data.standings):
-            continue
-        fig = curve_figure(data)
-        path = out_dir / curve_plot_name(outcome.spec.paper, data.dataset)
-        names.append(save_figure(fig, path)[0].name)
-    return names
-
-
-def curve_section(outcome: Any, overrides: dict[str, Any]) -> list[str]:
-    """The report's lines for a spec's curve: plot, ranking table, absences, summary."""
-    from suite.figures import label
-    from suite.reproduce.report import table
-
-    data = curve_data(outcome, overrides)
-    if data is None:
-        return []
-    full_bytes = data.reference.metrics.get("embedding_total_bytes", math.nan)
-    lines = [
-        f"### AUC against total bytes ({data.dataset})",
-        "",
-        f"![curve]({curve_plot_name(outcome.spec.paper, data.dataset)}.png)",
-        "",
-        f"Budgets 1/b of `{data.curve.reference}`'s total embedding bytes "
-        f"({full_bytes:,.0f}); each method's options chosen by its own `options_at_budget`. "
-        "vs best: `below the best` when best - method > 0.001 holds, `equivalent to the "
-        "best` when TOST puts the difference within +-0.001, `indistinguishable` when "
-        "neither test decides (seed spread plus the test set's DeLong variance; both p's "
-        "Holm-adjusted over this table). Step cost: reference train samples/s over the "
-        "method's, per seed, in this reproduction on this machine [95% CI].",
-        "",
-    ]
-    if _test_variance(outcome)(data.curve.reference, "")[1] == 0:
-        lines[-1:-1] = [
-            "Test-set noise left out: the runs' test predictions are not here (a report "
-            "regenerated from stored results), so the intervals and tests carry the seeds' "
-            "spread only.",
-            "",
-        ]
-    apart = sittings_apart(outcome)
-    rows = []
-    for ranked in data.standings:
-        for s in ranked:
-            rec = data.records[(s.method, s.budget)]
-            total = rec.metrics.get("embedding_total_bytes", math.nan)
-            ci = "" if math.isnan(s.low) else f" [{s.low:.4f}, {s.high:.4f}]"
-            rows.append(
-                {
-                    "budget": f"1/{s.budget}",
-                    "method": label(s.method),
-                    "options": _chosen(rec.config),
-                    "total bytes (of full)": f"{total:,.0f} ({total / full_bytes:.3f})",
-                    "test AUC [95% CI]": f"{s.auc:.4f}{ci}",
-                    "rank": str(s.rank),
-                    "vs best (Holm p: > 0.001 below, TOST)": s.verdict
-                    + ("" if s.rank == 1 else f" ({s.p_below:.2g}, {s.p_equivalent:.2g})"),
-                    "step cost vs full": _step_cost(rec, data.reference)
-                    + (
-                        f" {APART}"
-                        if apart(data.curve.run_id(s.method, s.budget), data.curve.reference)
-                        else ""
-                    ),
-                }
-            )
-    if rows:
-        lines += [table(rows), ""]
-    if any(APART in row["step cost vs full"] for row in rows):
-        lines += [
-            f"{APART} The method's and `{data.curve.reference}`'s runs of a seed trained in "
-            "different sittings (stretches of work more than "
-            f"{WALL_GAP_S / 60:g} minutes apart), so the ratio carries the machine's drift "
-            "between them as well as the step's cost; `benchmarks/bench_curve_steps.py` times "
-            "every point of the compression curve side by side with full.",
-            "",
-        ]
-    gone = [
-        f"`{m}` at 1/{b}: {why}"
-        for b, methods in sorted(data.absent.items())
-        for m, why in sorted(methods.items())
-    ]
-    if gone:
-        lines += ["Absent from the curve: " + "; ".join(gone) + ".", ""]
-    lines += [
-        "**Which method when.** " + which_method_when(data.standings, data.absent, label),
-        "",
-    ]
-    return lines

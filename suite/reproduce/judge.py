@@ -12,15 +12,14 @@ from suite.reproduce.claims import (
     NoiseLookup,
     PairNoise,
     SeedFigures,
-    auc_runs,
     evaluate,
     evaluate_scaling,
     merge_noise,
     pair_noise,
     shared_of,
 )
-from suite.reproduce.outcome import PaperOutcome, RunRecord
-from suite.reproduce.plan import needed_runs, selected_claims
+from suite.reproduce.outcome import PaperOutcome, SeededRun
+from suite.reproduce.plan import ReproductionPlan
 from suite.reproduce.spec import Claim, ReproductionSpec
 from suite.reproduce.store import NoiseKey
 from suite.stats import auc_components
@@ -62,7 +61,7 @@ class NoiseBook:
             self._components.popitem(last=False)
         return found
 
-    def lookup(self, runs: dict[str, RunRecord]) -> NoiseLookup:
+    def lookup(self, runs: dict[str, SeededRun]) -> NoiseLookup:
         """A :data:`NoiseLookup` over one paper's runs (run id -> record)."""
 
         def kept(run_id: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -105,73 +104,46 @@ class NoiseBook:
 
 
 def paper_runs(
-    spec: ReproductionSpec,
-    profile: str,
-    claim_ids: list[str] | None,
-    records: dict[str, RunRecord],
-    where: dict[tuple[str, str], str],
-) -> dict[str, RunRecord]:
+    plan: ReproductionPlan, spec: ReproductionSpec, records: dict[str, SeededRun]
+) -> dict[str, SeededRun]:
     """The records of the runs the paper's selected claims need, by run id."""
     return {
-        run_id: records[where[(spec.paper, run_id)]]
-        for run_id in needed_runs(spec, profile, claim_ids)
-        if (spec.paper, run_id) in where  # a curve point a method cannot reach is not planned
+        run_id: records[plan.where[(spec.paper, run_id)]]
+        for run_id in plan.needed[spec.paper]
+        if (spec.paper, run_id) in plan.where  # a curve point a method cannot reach
     }
 
 
-def noise_run_pairs(
-    spec: ReproductionSpec, profile: str, claim_ids: list[str] | None
-) -> list[tuple[str, str]]:
-    """The ``(left, right)`` run ids whose test-set noise the paper's report uses (``right``
-    "" for one AUC): each selected claim's AUC runs and, on a curve, the reference's AUC and
-    each method's AUC at each budget with every two methods' difference there (the report
-    ranks against the best, known only once every seed is in), the earlier method of
-    ``curve.methods`` on the left."""
-    pairs = [r for c in selected_claims(spec, profile, claim_ids) if (r := auc_runs(c))]
-    curve = spec.curve
-    if curve is not None and not claim_ids:
-        pairs.append((curve.reference, ""))
-        for budget in spec.profiles[profile].budgets or curve.budgets:
-            ids = [curve.run_id(m, budget) for m in curve.methods]
-            pairs += [(r, "") for r in ids]
-            pairs += [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :]]
-    return list(dict.fromkeys(pairs))
-
-
 def keep_noise(
+    plan: ReproductionPlan,
     spec: ReproductionSpec,
-    profile: str,
-    claim_ids: list[str] | None,
-    records: dict[str, RunRecord],
-    where: dict[tuple[str, str], str],
+    records: dict[str, SeededRun],
     book: NoiseBook,
 ) -> None:
-    """Put the noise of every pair the paper's report uses (:func:`noise_run_pairs`) into
-    ``book.entries``, for each seed whose runs are here, whether or not the claims can be
-    judged yet."""
-    runs = paper_runs(spec, profile, claim_ids, records, where)
+    """Put the noise of every pair the paper's report uses
+    (:meth:`~suite.reproduce.plan.ReproductionPlan.noise_run_pairs`) into ``book.entries``,
+    for each seed whose runs are here, whether or not the claims can be judged yet."""
+    runs = paper_runs(plan, spec, records)
     noise = book.lookup(runs)
-    for left, right in noise_run_pairs(spec, profile, claim_ids):
+    for left, right in plan.noise_run_pairs(spec):
         if left in runs and (not right or right in runs):
             noise(left, right, -1)
 
 
 def judge(
+    plan: ReproductionPlan,
     spec: ReproductionSpec,
-    profile: str,
-    claim_ids: list[str] | None,
-    records: dict[str, RunRecord],
-    where: dict[tuple[str, str], str],
+    records: dict[str, SeededRun],
     book: NoiseBook | None = None,
 ) -> PaperOutcome:
     """The paper's claims judged on its runs' per-seed figures (the test-set noise of AUC
     figures from ``book``; from the runs' predictions when it is None)."""
-    runs = paper_runs(spec, profile, claim_ids, records, where)
+    runs = paper_runs(plan, spec, records)
     figures: SeedFigures = {rid: rec.per_seed for rid, rec in runs.items()}
     noise = (book or NoiseBook({}, predictions=True)).lookup(runs)
-    families = {f: list(ms) for f, ms in spec.profiles[profile].families.items()}
+    families = {f: list(ms) for f, ms in spec.profiles[plan.profile].families.items()}
     claims, fits, cache = [], {}, {}
-    for claim in selected_claims(spec, profile, claim_ids):
+    for claim in plan.claims[spec.paper]:
         if claim.families():
             outcome, found = evaluate_scaling(claim, families, figures, cache)
             fits.update(found)
@@ -179,10 +151,13 @@ def judge(
         else:
             outcome = evaluate(claim, figures, noise)
             claims.append(replace(outcome, timing=is_timing(claim, runs)))
-    return PaperOutcome(spec, profile, runs, claims, fits, noise)
+    unreachable = {
+        run: why for (paper, run), why in plan.unreachable.items() if paper == spec.paper
+    }
+    return PaperOutcome(spec, plan.profile, runs, claims, fits, noise, unreachable)
 
 
-def is_timing(claim: Claim, runs: dict[str, RunRecord]) -> bool:
+def is_timing(claim: Claim, runs: dict[str, SeededRun]) -> bool:
     """Whether a claim rests on a machine-dependent figure (a ``measured`` metric: a
     timing, a throughput, an allocator peak), whose verdict may differ between reruns."""
     for ref in claim.references():

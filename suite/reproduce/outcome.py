@@ -1,4 +1,4 @@
-"""What a reproduction found: each config's runs under every seed (:class:`RunRecord`), each
+"""What a reproduction found: each config's runs under every seed (:class:`SeededRun`), each
 paper's judged claims (:class:`PaperOutcome`) and the whole (:class:`Reproduction`), which
 the report and plots read."""
 
@@ -6,19 +6,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from suite.config import RunConfig
 from suite.reproduce.claims import COMPUTE_METRIC, ClaimOutcome, NoiseLookup
+from suite.reproduce.plan import ReproductionPlan
 from suite.reproduce.spec import ReproductionSpec
+from suite.reproduce.store import predictions
 from suite.results import TaskResult, find_metric
 from suite.stats import Interval, ScalingFit, mean_ci
 
 
 @dataclass
-class RunRecord:
+class SeededRun:
     """One config run under every seed of the profile."""
 
     run_id: str
@@ -51,8 +54,6 @@ class RunRecord:
 
     def test_predictions(self, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The run's test ``(labels [N], logits [N])`` under ``seed``, if it kept them."""
-        from suite.reproduce.store import predictions
-
         result = self.results.get(seed)
         return predictions(result) if result is not None else None
 
@@ -77,11 +78,13 @@ def seed_metrics(result: TaskResult) -> dict[str, float]:
 class PaperOutcome:
     spec: ReproductionSpec
     profile: str
-    runs: dict[str, RunRecord]
+    runs: dict[str, SeededRun]
     claims: list[ClaimOutcome]
     fits: dict[str, ScalingFit] = field(default_factory=dict)
     noise: NoiseLookup | None = None
     """The test-set noise the claims were judged with (``suite.reproduce.judge.NoiseBook``)."""
+    unreachable: dict[str, str] = field(default_factory=dict)
+    """Run id -> why the plan has no config for it (a curve point under its budget)."""
 
     @property
     def families(self) -> dict[str, list[str]]:
@@ -92,15 +95,23 @@ class PaperOutcome:
 class Reproduction:
     """What ``reproduce`` did: the papers' outcomes and where it is tracked."""
 
-    profile: str
+    plan: ReproductionPlan
     papers: list[PaperOutcome]
     seeds: list[int]
-    overrides: dict[str, Any]
+    """The seeds judged (an interim report's: the plan's seeds less :attr:`seeds_left`)."""
     mlflow_run_id: str | None = None
     tracking_uri: str | None = None
     duration_s: float = 0.0
     seeds_left: list[int] = field(default_factory=list)
     """The profile's seeds an interim report leaves out (their jobs not all trained yet)."""
+
+    @property
+    def profile(self) -> str:
+        return self.plan.profile
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        return self.plan.overrides
 
     def results(self) -> list[TaskResult]:
         """Every job's result once (runs shared between papers counted once)."""
@@ -155,8 +166,6 @@ def stretch_of(results: list[TaskResult]) -> list[int | None]:
 
 
 def _timestamp(iso: str | None) -> float | None:
-    from datetime import datetime
-
     try:
         return datetime.fromisoformat(iso).timestamp() if iso else None
     except ValueError:

@@ -22,11 +22,12 @@ from suite.figures import (
     metric_label,
     save_figure,
 )
-from suite.reproduce.outcome import Reproduction, RunRecord
+from suite.reproduce.curve import CurveData, Standing, curve_data, curve_plot_name
+from suite.reproduce.outcome import Reproduction, SeededRun
 from suite.stats import ScalingFit
 
 
-def accuracy_points(reproduction: Reproduction):  # noqa: ANN201
+def accuracy_points(reproduction: Reproduction):
     """One row per distinct accuracy run: method, dataset, bytes, AUC mean, CI and seeds."""
     import pandas as pd
 
@@ -52,7 +53,7 @@ def accuracy_points(reproduction: Reproduction):  # noqa: ANN201
     return pd.DataFrame(rows)
 
 
-def _plain_log_ticks(ax) -> None:  # noqa: ANN001
+def plain_log_ticks(ax) -> None:
     """Major ticks as plain numbers and no labels on minor ticks (they collide)."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
@@ -60,7 +61,8 @@ def _plain_log_ticks(ax) -> None:  # noqa: ANN001
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _figure():  # noqa: ANN202
+def figure():
+    """A 7 x 4.6 inch Figure on the Agg canvas and its one Axes: ``(fig, ax)``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -69,19 +71,19 @@ def _figure():  # noqa: ANN202
     return fig, fig.subplots()
 
 
-def one_point_per_memory(part):  # noqa: ANN001, ANN201
+def one_point_per_memory(part):
     """``part`` with one row per (method, bytes): the same run in several papers (a shared
     ``full`` baseline) is one point, the one with the most seeds, then the first by run."""
     ranked = part.sort_values(["seeds", "run"], ascending=[False, True], kind="stable")
     return ranked.drop_duplicates(["method", "bytes"]).sort_values(["method", "bytes"])
 
 
-def auc_vs_bytes_figure(part, dataset: str):  # noqa: ANN001, ANN201
+def auc_vs_bytes_figure(part, dataset: str):
     """Test AUC against embedding MiB (log), one line per method with its 95% CI bars.
 
     ``part``: :func:`accuracy_points` rows of one dataset. Returns the Figure.
     """
-    fig, ax = _figure()
+    fig, ax = figure()
     points = one_point_per_memory(part)
     methods = sorted(set(points["method"]), key=lambda m: (m != "full", m))
     for method in methods:
@@ -98,7 +100,7 @@ def auc_vs_bytes_figure(part, dataset: str):  # noqa: ANN001, ANN201
             label=label(method),
         )
     ax.set_xscale("log")
-    _plain_log_ticks(ax)
+    plain_log_ticks(ax)
     ax.legend(fontsize=8, loc="best", title="embedding", title_fontsize=8)
     ax.set_xlabel("embedding memory (MiB, log scale)")
     ax.set_ylabel("test AUC (mean and 95% CI over seeds)")
@@ -146,10 +148,10 @@ def _family_label(family: Family) -> str:
     return name if family.name == family.backbone else f"{family.name} ({name})"
 
 
-def scaling_figure(metric: str, families: list[Family]):  # noqa: ANN201
+def scaling_figure(metric: str, families: list[Family]):
     """``metric`` against training FLOPs (log), one colour per backbone: seed means with
     95% CI bars and, where the fit converged, the fitted law dashed. Returns the Figure."""
-    fig, ax = _figure()
+    fig, ax = figure()
     handles = []  # in drawing order: each family's points, then its fit
     for family in families:
         converged = family.fit.fit.converged
@@ -196,7 +198,7 @@ def draw_scaling(reproduction: Reproduction, out_dir: Path) -> list[str]:
         metric = next(c.claim.metric for c in outcome.claims if c.claim.families())
         families = []
         for family, fit in outcome.fits.items():
-            records: list[RunRecord] = [
+            records: list[SeededRun] = [
                 outcome.runs[f"{family}/{m}"] for m in outcome.families[family]
             ]
             cis = [r.interval(metric) for r in records]
@@ -216,13 +218,66 @@ def draw_scaling(reproduction: Reproduction, out_dir: Path) -> list[str]:
     return names
 
 
+LINE = {"fmt": "-o", "capsize": 3, "markersize": 4, "lw": 1.4}
+"""How a method's line is drawn on the compression curve."""
+
+
+def curve_figure(data: CurveData):
+    """Test AUC (mean, 95% CI) against total embedding bytes (MiB, log), a line per
+    method, the reference dashed. Returns the Figure."""
+    fig, ax = figure()
+    by_method: dict[str, list[Standing]] = {}
+    for rows in data.standings:
+        for s in rows:
+            by_method.setdefault(s.method, []).append(s)
+    for method in data.curve.methods:
+        points = sorted(by_method.get(method, []), key=lambda s: -s.budget)
+        if not points:
+            continue
+        x = [
+            data.records[(method, s.budget)].metrics["embedding_total_bytes"] / MIB for s in points
+        ]
+        y = [s.auc for s in points]
+        err = [0.0 if math.isnan(s.low) else (s.high - s.low) / 2 for s in points]
+        ax.errorbar(x, y, yerr=err, color=color(method), label=label(method), **LINE)
+    ref, name = data.reference, data.curve.reference
+    auc = ref.interval("test_auc")
+    ax.axhline(auc.mean, color=color(name), ls="--", lw=1)
+    ax.errorbar(
+        [ref.metrics.get("embedding_total_bytes", math.nan) / MIB],
+        [auc.mean],
+        yerr=[0.0 if math.isnan(auc.low) else auc.half_width],
+        color=color(name),
+        label=f"{label(name)} (all bytes)",
+        **LINE,
+    )
+    ax.set_xscale("log")
+    plain_log_ticks(ax)
+    ax.set_xlabel("total embedding bytes incl. optimizer state (MiB, log scale)")
+    ax.set_ylabel("test AUC (mean and 95% CI)")
+    ax.set_title(f"Compression methods at equal memory ({data.dataset})")
+    ax.legend(fontsize=7, loc="best", title="method", title_fontsize=7)
+    return fig
+
+
+def draw_curves(reproduction: Reproduction, out_dir: Path) -> list[str]:
+    """Write each spec's curve plot under ``out_dir``; return the PNG names."""
+    names = []
+    for outcome in reproduction.papers:
+        data = curve_data(outcome)
+        if data is None or not any(data.standings):
+            continue
+        fig = curve_figure(data)
+        path = out_dir / curve_plot_name(outcome.spec.paper, data.dataset)
+        names.append(save_figure(fig, path)[0].name)
+    return names
+
+
 def draw_plots(reproduction: Reproduction, out_dir: Path) -> list[str]:
     """Write every plot under ``out_dir``; return the PNG file names for the report."""
     import matplotlib
 
     matplotlib.use("Agg")
     out_dir.mkdir(parents=True, exist_ok=True)
-    from suite.reproduce.curve import draw_curves
-
     draw_curves(reproduction, out_dir)  # shown in their spec's section, not under Plots
     return draw_auc_vs_bytes(reproduction, out_dir) + draw_scaling(reproduction, out_dir)

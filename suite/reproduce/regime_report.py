@@ -1,6 +1,6 @@
 """``REPORT.md`` of the regime profile: the regimes, one claim x regime verdict table with
 the column that says whether each verdict holds in every regime, each regime's claim table,
-and plots (``suite.reproduce.regimes`` runs it)."""
+and plots (``suite.reproduce.regime_runs`` runs it)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from collections import Counter
 from pathlib import Path
 
 from suite.environment import environment
+from suite.figures import save_figure
 from suite.reproduce.claims import ClaimOutcome, describe
-from suite.reproduce.regime import REFERENCES
-from suite.reproduce.regimes import RegimeOutcome, across, claim_grid, empirical_claim_ids
+from suite.reproduce.outcome import training_wall_s
+from suite.reproduce.regime_runs import RegimeOutcome, across, claim_grid, empirical_claim_ids
+from suite.reproduce.regime_stats import REFERENCES
 from suite.reproduce.report import (
     apply_holm,
     claim_row,
@@ -36,7 +38,7 @@ def verdict_cell(outcome: ClaimOutcome | None) -> str:
 
 def verdict_rows(outcomes: list[RegimeOutcome]) -> list[dict[str, str]]:
     """One row per claim: its verdict and tested figure in each regime, then the
-    cross-regime column (:func:`suite.reproduce.regimes.across`)."""
+    cross-regime column (:func:`suite.reproduce.regime_runs.across`)."""
     rows = []
     for paper, _, by in claim_grid(outcomes):
         first = next(iter(by.values()))
@@ -65,7 +67,7 @@ def across_counts(outcomes: list[RegimeOutcome]) -> Counter:
 
 
 def regime_table(outcomes: list[RegimeOutcome], report_dir: Path | None) -> list[dict]:
-    """One row per regime (its training data's figures, ``suite.reproduce.regime``), then
+    """One row per regime (its training data's figures, ``suite.reproduce.regime_stats``), then
     the papers' datasets."""
     rows: list[dict] = []
     references: list[dict] = []
@@ -79,8 +81,6 @@ def regime_table(outcomes: list[RegimeOutcome], report_dir: Path | None) -> list
 
 def cost_rows(outcomes: list[RegimeOutcome]) -> list[dict[str, str]]:
     """Each regime's jobs, those adopted from the standard profile, and their job-minutes."""
-    from suite.reproduce.outcome import training_wall_s
-
     rows = []
     for regime in outcomes:
         results = regime.reproduction.results()
@@ -106,8 +106,6 @@ def draw_regime_plot(outcomes: list[RegimeOutcome], out_dir: Path) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from suite.figures import save_figure
 
     grid = [(cid, by) for _, cid, by in claim_grid(outcomes)]
     if not grid:

@@ -8,19 +8,41 @@ give the same report outside it (see :func:`comparable`).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from suite import units
+from suite.config import RunConfig
+from suite.data.source import get_prepared
 from suite.decisions import ALPHA, holm
 from suite.environment import environment
+from suite.figures import label
+from suite.fileio import write_text_atomic
+from suite.registry import EMBEDDINGS
 from suite.reproduce.claims import NOT_TESTABLE, UNDERPOWERED, ClaimOutcome, describe
-from suite.reproduce.outcome import PaperOutcome, Reproduction, RunRecord, training_wall_s
-from suite.stats import Interval, ScalingFit
+from suite.reproduce.curve import (
+    APART,
+    curve_data,
+    curve_plot_name,
+    sittings_apart,
+    test_variance,
+    which_method_when,
+)
+from suite.reproduce.outcome import (
+    WALL_GAP_S,
+    PaperOutcome,
+    Reproduction,
+    SeededRun,
+    training_wall_s,
+)
+from suite.reproduce.regime_stats import regime_rows
+from suite.stats import Interval, ScalingFit, mean_ci
 
 TIMINGS_HEADING = "## Timings (machine-dependent)"
 VERDICTS = ("holds", "does not hold", UNDERPOWERED, NOT_TESTABLE, "not measurable")
@@ -147,7 +169,7 @@ def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
     }
 
 
-def still_improving(rec: RunRecord) -> int | None:
+def still_improving(rec: SeededRun) -> int | None:
     """Seeds whose validation AUC was still rising when the run stopped (None where the
     task trains nothing it validates)."""
     flags = [r.details.get("still_improving") for r in rec.results.values()]
@@ -155,7 +177,7 @@ def still_improving(rec: RunRecord) -> int | None:
     return sum(known) if known else None
 
 
-def convergence_cell(rec: RunRecord) -> str:
+def convergence_cell(rec: SeededRun) -> str:
     rising = still_improving(rec)
     if rising is None:
         return "—"
@@ -164,8 +186,6 @@ def convergence_cell(rec: RunRecord) -> str:
 
 def mark_unconverged(reproduction: Reproduction) -> None:
     """Set on each empirical claim the runs it rests on that were still improving."""
-    from dataclasses import replace
-
     for paper in reproduction.papers:
         rising = {rid for rid, rec in paper.runs.items() if still_improving(rec)}
         paper.claims = [
@@ -248,8 +268,6 @@ def empirical(reproduction: Reproduction) -> list[ClaimOutcome]:
 
 def apply_holm(reproduction: Reproduction) -> None:
     """Holm's correction over the empirical claims' deciding p-values, set on each outcome."""
-    from dataclasses import replace
-
     claims = empirical(reproduction)
     adjusted = dict(zip(map(id, claims), holm([c.p_value for c in claims]), strict=True))
     for paper in reproduction.papers:
@@ -344,16 +362,10 @@ REGIME_FILE = "regime.json"
 
 
 def regime_rows_of(reproduction: Reproduction, report_dir: str | Path | None) -> list[dict]:
-    """The regime table (``suite.reproduce.regime``): each distinct training dataset of the
+    """The regime table (``suite.reproduce.regime_stats``): each distinct training dataset of the
     reproduction's runs, then the papers' datasets. Rows are kept in
     ``<report dir>/runs/regime.json`` by data fingerprint, so a regenerated report reads
     them without preparing the data again."""
-    import json
-
-    from suite.data.source import get_prepared
-    from suite.fileio import write_text_atomic
-    from suite.reproduce.regime import regime_rows
-
     cache_path = Path(report_dir) / "runs" / REGIME_FILE if report_dir else None
     cache: dict[str, list[dict]] = {}
     if cache_path and cache_path.is_file():
@@ -430,8 +442,6 @@ def interim_lines(reproduction: Reproduction) -> list[str]:
 
 def header_rows(reproduction: Reproduction, command: str) -> list[dict[str, str]]:
     """The report's header table: command, overrides, commit, machine, software, seeds."""
-    import json
-
     first = next(iter(next(iter(reproduction.papers)).runs.values())).config
     env = environment(first.device)
     machine = machine_text(reproduction, env)
@@ -450,7 +460,7 @@ def header_rows(reproduction: Reproduction, command: str) -> list[dict[str, str]
     ]
 
 
-def paper_lines(outcome: PaperOutcome, overrides: dict[str, Any]) -> list[str]:
+def paper_lines(outcome: PaperOutcome) -> list[str]:
     """One paper's section: title, profile note, claims, scaling fits, runs, curve."""
     spec = outcome.spec
     title = f"[{spec.title}]({spec.link})" if spec.link else spec.title
@@ -470,9 +480,109 @@ def paper_lines(outcome: PaperOutcome, overrides: dict[str, Any]) -> list[str]:
         lines += [table([fit_row(f, outcome, fit) for f, fit in outcome.fits.items()]), ""]
     lines += [table([run_row(rid, outcome) for rid in outcome.runs]), ""]
     if spec.curve is not None:  # methods x budgets (suite.reproduce.curve)
-        from suite.reproduce.curve import curve_section
+        lines += curve_section(outcome)
+    return lines
 
-        lines += curve_section(outcome, overrides)
+
+def _chosen(config: RunConfig) -> str:
+    """The options a budget chose (those that differ from the method's defaults)."""
+    options = config.embedding.typed_options().model_dump()
+    defaults = EMBEDDINGS.get(config.embedding.name).Options().model_dump()
+    picked = {k: v for k, v in options.items() if k not in ("dim",) and defaults.get(k) != v}
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in picked.items()
+    )
+
+
+def _step_cost(rec: SeededRun, reference: SeededRun) -> str:
+    ratios = [
+        reference.results[s].metrics["train_samples_per_s"] / r.metrics["train_samples_per_s"]
+        for s, r in rec.results.items()
+        if s in reference.results and r.metrics.get("train_samples_per_s")
+    ]
+    if not ratios:
+        return "n/a"
+    ci = mean_ci(ratios)
+    if math.isnan(ci.low):
+        return f"{ci.mean:.2f}x"
+    return f"{ci.mean:.2f}x [{ci.low:.2f}, {ci.high:.2f}]"
+
+
+def curve_section(outcome: PaperOutcome) -> list[str]:
+    """The report's lines for a spec's curve (``suite.reproduce.curve``): plot, ranking
+    table, absences, summary."""
+    data = curve_data(outcome)
+    if data is None:
+        return []
+    full_bytes = data.reference.metrics.get("embedding_total_bytes", math.nan)
+    lines = [
+        f"### AUC against total bytes ({data.dataset})",
+        "",
+        f"![curve]({curve_plot_name(outcome.spec.paper, data.dataset)}.png)",
+        "",
+        f"Budgets 1/b of `{data.curve.reference}`'s total embedding bytes "
+        f"({full_bytes:,.0f}); each method's options chosen by its own `options_at_budget`. "
+        "vs best: `below the best` when best - method > 0.001 holds, `equivalent to the "
+        "best` when TOST puts the difference within +-0.001, `indistinguishable` when "
+        "neither test decides (seed spread plus the test set's DeLong variance; both p's "
+        "Holm-adjusted over this table). Step cost: reference train samples/s over the "
+        "method's, per seed, in this reproduction on this machine [95% CI].",
+        "",
+    ]
+    if test_variance(outcome)(data.curve.reference, "")[1] == 0:
+        lines[-1:-1] = [
+            "Test-set noise left out: the runs' test predictions are not here (a report "
+            "regenerated from stored results), so the intervals and tests carry the seeds' "
+            "spread only.",
+            "",
+        ]
+    apart = sittings_apart(outcome)
+    rows = []
+    for ranked in data.standings:
+        for s in ranked:
+            rec = data.records[(s.method, s.budget)]
+            total = rec.metrics.get("embedding_total_bytes", math.nan)
+            ci = "" if math.isnan(s.low) else f" [{s.low:.4f}, {s.high:.4f}]"
+            rows.append(
+                {
+                    "budget": f"1/{s.budget}",
+                    "method": label(s.method),
+                    "options": _chosen(rec.config),
+                    "total bytes (of full)": f"{total:,.0f} ({total / full_bytes:.3f})",
+                    "test AUC [95% CI]": f"{s.auc:.4f}{ci}",
+                    "rank": str(s.rank),
+                    "vs best (Holm p: > 0.001 below, TOST)": s.verdict
+                    + ("" if s.rank == 1 else f" ({s.p_below:.2g}, {s.p_equivalent:.2g})"),
+                    "step cost vs full": _step_cost(rec, data.reference)
+                    + (
+                        f" {APART}"
+                        if apart(data.curve.run_id(s.method, s.budget), data.curve.reference)
+                        else ""
+                    ),
+                }
+            )
+    if rows:
+        lines += [table(rows), ""]
+    if any(APART in row["step cost vs full"] for row in rows):
+        lines += [
+            f"{APART} The method's and `{data.curve.reference}`'s runs of a seed trained in "
+            "different sittings (stretches of work more than "
+            f"{WALL_GAP_S / 60:g} minutes apart), so the ratio carries the machine's drift "
+            "between them as well as the step's cost; `benchmarks/bench_curve_steps.py` times "
+            "every point of the compression curve side by side with full.",
+            "",
+        ]
+    gone = [
+        f"`{m}` at 1/{b}: {why}"
+        for b, methods in sorted(data.absent.items())
+        for m, why in sorted(methods.items())
+    ]
+    if gone:
+        lines += ["Absent from the curve: " + "; ".join(gone) + ".", ""]
+    lines += [
+        "**Which method when.** " + which_method_when(data.standings, data.absent, label),
+        "",
+    ]
     return lines
 
 
@@ -538,7 +648,7 @@ def render_report(
         "",
     ]
     for outcome in reproduction.papers:
-        lines += paper_lines(outcome, reproduction.overrides)
+        lines += paper_lines(outcome)
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{Path(p).stem}]({p})" for p in plots]

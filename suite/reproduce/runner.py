@@ -14,10 +14,8 @@ schedules the jobs, resumes from stored results and tracks the parent run.
 from __future__ import annotations
 
 import contextlib
-import copy
+import functools
 import math
-import multiprocessing
-import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,21 +25,19 @@ from typing import Any
 import numpy as np
 
 from suite.config import RunConfig
+from suite.data.source import get_prepared
+from suite.environment import environment
 from suite.errors import ConfigError, SuiteError
+from suite.executors.base import Executor, needs_of
+from suite.executors.factory import make_executor
+from suite.executors.local import LocalExecutor, default_workers
+from suite.executors.ray_cluster import RayExecutor
 from suite.progress import progress_bar
-from suite.reproduce.judge import NoiseBook, judge, keep_noise, noise_run_pairs
-from suite.reproduce.outcome import Reproduction, RunRecord
-from suite.reproduce.plan import (
-    Job,
-    PlannedRun,
-    groups_first,
-    plan_jobs,
-    plan_runs,
-    profile_seeds,
-    run_config,
-    select_specs,
-)
-from suite.reproduce.spec import ReproductionSpec, load_spec
+from suite.reproduce import store
+from suite.reproduce.judge import NoiseBook, judge, keep_noise
+from suite.reproduce.outcome import Reproduction, SeededRun
+from suite.reproduce.plan import Job, PlannedRun, ReproductionPlan, plan_jobs, run_config
+from suite.reproduce.spec import load_spec
 from suite.results import TaskResult
 
 
@@ -73,7 +69,7 @@ def job_order(
     stores with the covariances of the seeds it judged together
     (``suite.reproduce.claims.shared_of``): a resume on another machine (without the
     uncommitted test predictions) trains none of them again. Within a seed, the jobs
-    that ``pairs`` (:func:`noise_pairs`: config hashes whose noise is judged together,
+    that ``pairs`` (:meth:`~suite.reproduce.plan.ReproductionPlan.noise_pairs`: config hashes whose noise is judged together,
     as a claim's runs or a curve's methods at one budget) connect run as one group, so a
     stop part way through a long seed still leaves whole groups, whose noise is stored
     too. With ``costs`` (parallel workers), the groups with the longest job first and
@@ -128,12 +124,10 @@ def _pair_groups(keys: list[str], pairs: set[tuple[str, str]]) -> dict[str, int]
 def known_durations(jobs: list[Job], dirs: list[Path]) -> dict[str, float]:
     """Seconds one seed of each job's config took, from results stored under ``dirs``
     (any seed; the first directory that has one)."""
-    from suite.reproduce.store import runs_dir
-
     known: dict[str, float] = {}
     for job in jobs:
         for directory in dirs:
-            found = sorted((runs_dir(directory) / job.key).glob("seed-*.json"))
+            found = sorted((store.runs_dir(directory) / job.key).glob("seed-*.json"))
             if job.key not in known and found:
                 try:
                     known[job.key] = TaskResult.read(found[0]).duration_s
@@ -149,51 +143,37 @@ def run_job(job: Job, parent_run_id: str | None) -> TaskResult:
     return execute(job.config, parent_run_id=parent_run_id, extra_tags=job.tags)
 
 
-def default_workers(jobs: int) -> int:
-    return max(1, min(os.cpu_count() or 1, jobs))
-
-
 def run_jobs(
     jobs: list[Job],
-    workers: int,
+    executor: Executor,
     parent_run_id: str | None,
     done: Callable[[Job, TaskResult], None],
     bar: Any,
 ) -> None:
-    """Run ``jobs``; ``done(job, result)`` in this process as each finishes. One worker:
-    in this process, in order. More: spawned worker processes (one torch thread each,
-    as the configs say), longest job first, results as they finish; on an error or an
-    interruption every worker is stopped and the error re-raised."""
-    if workers <= 1 or len(jobs) <= 1:
+    """Run ``jobs`` on ``executor``; ``done(job, result)`` in this process as each
+    finishes. One local worker: in this process, in order. Otherwise the datasets are
+    prepared here first (and their fingerprints handed to the nodes, which check theirs),
+    each job trains without progress bars of its own, results come as they finish, and an
+    error or an interruption stops every job still running before it is re-raised."""
+    work = functools.partial(run_job, parent_run_id=parent_run_id)
+    if isinstance(executor, LocalExecutor) and (executor.workers <= 1 or len(jobs) <= 1):
         for job in jobs:
             bar.set_postfix_str(job.label)
-            done(job, run_job(job, parent_run_id))
+            done(job, work(job))
             bar.update()
         return
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    from suite.runs.signals import interruptible
-
-    for dataset in {j.config.dataset.model_dump_json(): j.config.dataset for j in jobs}.values():
-        from suite.data.source import get_prepared
-
-        get_prepared(dataset, progress=False)  # once, here, before the workers read it
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
-    try:
-        with interruptible():  # SIGTERM here stops the workers too, never orphans them
-            pending = {pool.submit(run_job, _quiet(job), parent_run_id): job for job in jobs}
-            while pending:
-                finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    job = pending.pop(future)
-                    done(job, future.result())
-                    bar.set_postfix_str(job.label)
-                    bar.update()
-    except BaseException:
-        _stop(pool)
-        raise
-    pool.shutdown(wait=True)
+    datasets = {j.config.dataset.model_dump_json(): j.config.dataset for j in jobs}
+    fingerprints = {  # once, here, before the workers read it
+        key: get_prepared(dataset, progress=False).fingerprint for key, dataset in datasets.items()
+    }
+    if isinstance(executor, RayExecutor):
+        executor.fingerprints = fingerprints
+    original = {(j.key, j.seed): j for j in jobs}
+    quiet = [_quiet(job) for job in jobs]
+    for job, result in executor.run(quiet, work, lambda j: needs_of(j.config)):
+        done(original[(job.key, job.seed)], result)
+        bar.set_postfix_str(job.label)
+        bar.update()
 
 
 def _quiet(job: Job) -> Job:
@@ -201,40 +181,22 @@ def _quiet(job: Job) -> Job:
     return replace(job, config=job.config.with_overrides({"train.progress": False}))
 
 
-def _stop(pool: Any) -> None:
-    """Stop a pool's workers now: queued jobs cancelled, running ones terminated (SIGTERM:
-    each marks its MLflow run KILLED on its way out)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=10)  # a worker that caught SIGTERM may have taken a queued job
-        if process.is_alive():
-            process.kill()
-            process.join()  # reaped: the dead-run sweep then sees its MLflow run's owner gone
-
-
-def start_parent(
-    first: RunConfig, profile: str, specs: list[ReproductionSpec], seeds: list[int], command: str
-) -> Any:
+def start_parent(first: RunConfig, plan: ReproductionPlan, command: str) -> Any:
     """The reproduction's MLflow parent run, or None with tracking off."""
     if not first.tracking.enabled:
         return None
-    from suite.environment import environment
     from suite.tracking import Tracker
 
     env = environment(first.device)
     return Tracker.start(
         first.tracking.uri,
         first.tracking.experiment,
-        f"reproduce {profile}",
+        f"reproduce {plan.profile}",
         {
             "suite.reproduction": "true",
-            "suite.profile": profile,
-            "suite.papers": ",".join(s.paper for s in specs),
-            "suite.seeds": ",".join(map(str, seeds)),
+            "suite.profile": plan.profile,
+            "suite.papers": ",".join(s.paper for s in plan.specs),
+            "suite.seeds": ",".join(map(str, plan.seeds)),
             "suite.command": command[:5000],
             "suite.git_commit": str(env["git_commit"]),
             "suite.cpu": str(env["cpu_model"]),
@@ -256,25 +218,8 @@ def end_parent(parent: Any, exc: BaseException) -> None:
         else:
             parent.set_tags({"suite.error": str(exc)[:5000] or type(exc).__name__})
             parent.fail()
-        store = RunStore(parent.uri)
-        store.clean_dead_runs([store.experiment_of(parent.run_id)])
-
-
-def noise_pairs(
-    specs: list[ReproductionSpec],
-    profile: str,
-    claim_ids: list[str] | None,
-    where: dict[tuple[str, str], str],
-) -> set[tuple[str, str]]:
-    """The ``(left, right)`` config hashes (``right`` "" for one AUC) of every pair whose
-    test-set noise a report uses (:func:`suite.reproduce.judge.noise_run_pairs`), as the
-    noise file keys them."""
-    pairs: set[tuple[str, str]] = set()
-    for spec in specs:
-        for left, right in noise_run_pairs(spec, profile, claim_ids):
-            if (spec.paper, left) in where and (not right or (spec.paper, right) in where):
-                pairs.add((where[(spec.paper, left)], where[(spec.paper, right)] if right else ""))
-    return pairs
+        runs = RunStore(parent.uri)
+        runs.clean_dead_runs([runs.experiment_of(parent.run_id)])
 
 
 def stored_results(
@@ -292,25 +237,23 @@ def stored_results(
     they are still here or the test-set noise it takes part in is stored: the logits are
     not committed (a 1M-row test set is 4 MB a job), so a job resumed on another machine
     before its pairs' noise was judged trains again (bit for bit the same figures on the
-    same CPU model) to give DeLong its predictions. ``pairs`` (:func:`noise_pairs`): a job
+    same CPU model) to give DeLong its predictions. ``pairs`` (:meth:`~suite.reproduce.plan.ReproductionPlan.noise_pairs`): a job
     is reused only while every pair of the plan it takes part in has its noise stored (a
     new claim pairing a new run with a stored one trains the stored one again), and a job
     in no pair never needs its logits. Regenerating a report (``resume`` false) takes every stored
     result; a pair whose noise was never judged is then reported with its test-set noise
     left out, as the run that stored it did."""
-    from suite.reproduce.store import LOGITS_DIGEST, predictions, read_noise, read_result
-
     found: dict[tuple[str, int], TaskResult] = {}
     if report_dir is not None:
-        noise = read_noise(report_dir)
+        noise = store.read_noise(report_dir)
         for job in jobs:
-            result = read_result(report_dir, job.key, job.config)
+            result = store.read_result(report_dir, job.key, job.config)
             if result is None:
                 continue
-            had_logits = LOGITS_DIGEST in result.details
+            had_logits = store.LOGITS_DIGEST in result.details
             mine = [(a, b, job.seed) for a, b in pairs if job.key in (a, b)]
             unjudged = any(key not in noise for key in mine)
-            if resume and had_logits and unjudged and predictions(result) is None:
+            if resume and had_logits and unjudged and store.predictions(result) is None:
                 if superseded is not None:
                     superseded[(job.key, job.seed)] = result
                 continue
@@ -322,71 +265,58 @@ def warn_if_changed(stored: TaskResult, now: TaskResult, job: Job, directory: Pa
     """One warning line where a job trained again for its predictions no longer matches
     its stored result (another CPU model: the same config and seed round differently), so
     a replaced figure is never silent."""
-    from suite.reproduce.store import result_file, warn
-
     changed = differences(stored, now, job.config)
     if not changed:
         return
     cpu_was = stored.environment.get("cpu_model", "unknown CPU")
     cpu_now = now.environment.get("cpu_model", "unknown CPU")
     auc = next((c for c in changed if c.startswith("test_auc:")), changed[0])
-    warn(
-        f"{result_file(directory, job.key, job.seed)}: trained again for its test "
+    store.warn(
+        f"{store.result_file(directory, job.key, job.seed)}: trained again for its test "
         f"predictions on {cpu_now}, it differs from the stored result (from {cpu_was}): "
         f"{auc} ({len(changed)} figures differ); the new result replaces it"
     )
 
 
+def _records(plan: ReproductionPlan, seeds: list[int]) -> dict[str, SeededRun]:
+    return {key: SeededRun(e.roles[0], e.config, seeds) for key, e in plan.runs.items()}
+
+
 def reproduce(
-    profile: str,
-    papers: list[str] | None = None,
-    claim_ids: list[str] | None = None,
-    overrides: dict[str, Any] | None = None,
+    plan: ReproductionPlan,
+    report_dir: str | Path | None = None,
+    *,
+    workers: int | None = None,
+    executor: str = "local",
+    address: str | None = None,
     progress: bool = True,
     command: str = "",
-    workers: int | None = None,
-    report_dir: str | Path | None = None,
-    from_results: str | Path | None = None,
-    also_from: str | Path | None = None,
-    finished_seeds: bool = False,
 ) -> Reproduction:
-    """Train every needed run of the chosen specs under each seed; judge their claims.
+    """Train every job of ``plan`` not stored yet; judge the claims.
 
     ``report_dir``: store each finished job under ``<report_dir>/runs`` and reuse those
-    already stored there (a killed reproduction resumes). ``workers``: worker processes
-    (default: one per core, at most one per job). ``from_results``: train nothing; judge
-    the results stored under that report directory (an error names a missing job), and
-    under ``also_from`` those it lacks (the regime profile's jobs adopted from the standard
-    profile's results, which its own directory does not copy). ``finished_seeds`` (with
-    ``from_results``): judge only the seeds whose every job is stored, an interim report of a
-    reproduction still under way; the others are named in ``Reproduction.seeds_left``."""
-    from suite.reproduce import store
-
+    already stored there (a killed reproduction resumes). ``executor``: ``local`` worker
+    processes (``workers``; default one per core, or per visible GPU for CUDA jobs, at most
+    one per job) or ``ray`` tasks on the cluster at ``address``; the results are the same.
+    ``command`` is recorded on the MLflow parent run."""
     started = time.perf_counter()
-    specs = select_specs(papers, profile, claim_ids)
-    seeds = profile_seeds(specs, profile)
-    overrides = copy.deepcopy(overrides or {})
-    planned, where = plan_runs(specs, profile, claim_ids, overrides)
-    jobs = plan_jobs(planned, seeds, profile)
-    if from_results is not None:
-        directories = [Path(from_results), *([Path(also_from)] if also_from else [])]
-        return _regenerate(
-            profile, specs, claim_ids, planned, where, jobs, overrides, directories, finished_seeds
-        )
     directory = Path(report_dir) if report_dir is not None else None
-    pairs = noise_pairs(specs, profile, claim_ids, where)
+    pairs = plan.noise_pairs()
     superseded: dict[tuple[str, int], TaskResult] = {}
-    found, todo = stored_results(jobs, directory, pairs, superseded=superseded)
-    records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
+    found, todo = stored_results(plan.jobs, directory, pairs, superseded=superseded)
+    records = _records(plan, plan.seeds)
     for (key, seed), result in found.items():
         records[key].results[seed] = result
-    workers = default_workers(len(todo)) if workers is None else max(1, workers)
+    cuda = any(job.config.device == "cuda" for job in todo)
+    workers = default_workers(len(todo), cuda) if workers is None else max(1, workers)
+    runs_on = make_executor(executor, workers, address)
     costs = None
-    if workers > 1:
-        dirs = [d for d in (directory, Path("results") / profile) if d is not None]
+    if workers > 1 or executor != "local":
+        dirs = [d for d in (directory, Path("results") / plan.profile) if d is not None]
         costs = job_costs(todo, known_durations(todo, dirs))
-    todo = job_order(todo, costs, pairs, by_group=groups_first(specs, profile))
-    parent = start_parent(next(iter(planned.values())).config, profile, specs, seeds, command)
+    todo = job_order(todo, costs, pairs, by_group=plan.groups_first)
+    first = next(iter(plan.runs.values())).config
+    parent = start_parent(first, plan, command)
 
     def done(job: Job, result: TaskResult) -> None:
         records[job.key].results[job.seed] = result
@@ -396,18 +326,18 @@ def reproduce(
                 warn_if_changed(superseded[(job.key, job.seed)], result, job, directory)
             store.write_result(directory, job.key, result)
 
-    desc = f"reproduce ({profile}" + (f", {len(found)} stored" if found else "") + ")"
+    desc = f"reproduce ({plan.profile}" + (f", {len(found)} stored" if found else "") + ")"
     try:
         bar = progress_bar(total=len(todo), desc=desc, unit="run", enabled=progress)
-        run_jobs(todo, workers, parent.run_id if parent else None, done, bar)
+        run_jobs(todo, runs_on, parent.run_id if parent else None, done, bar)
         bar.close()
         book = NoiseBook(store.read_noise(directory) if directory else {}, predictions=True)
-        outcomes = [judge(spec, profile, claim_ids, records, where, book) for spec in specs]
-        for spec in specs:  # a curve's pairs, which no claim asks for
-            keep_noise(spec, profile, claim_ids, records, where, book)
+        outcomes = [judge(plan, spec, records, book) for spec in plan.specs]
+        for spec in plan.specs:  # a curve's pairs, which no claim asks for
+            keep_noise(plan, spec, records, book)
     except BaseException as exc:
         if directory is not None:
-            keep_finished_noise(specs, profile, claim_ids, records, where, directory)
+            keep_finished_noise(plan, records, directory)
         if parent:
             end_parent(parent, exc)
         raise
@@ -416,10 +346,9 @@ def reproduce(
         store.write_noise(directory, {**book.stored, **book.entries})
         store.write_manifest(directory, parent.run_id if parent else None, duration)
     return Reproduction(
-        profile,
+        plan,
         outcomes,
-        seeds,
-        overrides,
+        plan.seeds,
         parent.run_id if parent else None,
         parent.uri if parent else None,
         duration,
@@ -427,44 +356,30 @@ def reproduce(
 
 
 def keep_finished_noise(
-    specs: list[ReproductionSpec],
-    profile: str,
-    claim_ids: list[str] | None,
-    records: dict[str, RunRecord],
-    where: dict[tuple[str, str], str],
-    directory: Path,
+    plan: ReproductionPlan, records: dict[str, SeededRun], directory: Path
 ) -> None:
     """Store the DeLong noise of every seed whose runs of a pair all finished here with
     their test predictions (and the covariances of those seeds), when a reproduction stops
     early (killed, failed, out of time): the predictions are not committed, so without it a
     resume on another machine (a later session, a fresh clone) would train them again.
     Seeds still missing a run are left for the resume."""
-    from suite.reproduce import store
-
     book = NoiseBook(store.read_noise(directory), predictions=True)
     with contextlib.suppress(Exception):  # the stop's own error is the one to report
-        for spec in specs:
-            keep_noise(spec, profile, claim_ids, records, where, book)
+        for spec in plan.specs:
+            keep_noise(plan, spec, records, book)
         if book.entries:
             store.write_noise(directory, {**book.stored, **book.entries})
 
 
-def _regenerate(
-    profile: str,
-    specs: list[ReproductionSpec],
-    claim_ids: list[str] | None,
-    planned: dict[str, PlannedRun],
-    where: dict[tuple[str, str], str],
-    jobs: list[Job],
-    overrides: dict[str, Any],
-    directories: list[Path],
-    finished_seeds: bool = False,
+def regenerate(
+    plan: ReproductionPlan, directories: list[Path], finished_seeds: bool = False
 ) -> Reproduction:
     """The reproduction judged on the stored results under ``directories`` (the first that
-    holds a job gives it, with its test-set noise), training none; with ``finished_seeds``,
-    on the seeds none of whose jobs is missing (at least two: an interval needs a spread)."""
-    from suite.reproduce import store
-
+    holds a job gives it, with its test-set noise), training none and reading no data
+    (the report's regime rows and a curve's cardinalities come from stored files too);
+    with ``finished_seeds``, on the seeds none of whose jobs is missing (at least two: an
+    interval needs a spread), an interim report of a reproduction still under way."""
+    jobs = plan.jobs
     directory, found, missing, noise = directories[0], {}, jobs, {}
     for source in directories:
         more, missing = stored_results(missing, source, set(), resume=False)
@@ -492,17 +407,16 @@ def _regenerate(
             f"(expected {store.result_file(directory, first.key, first.seed)}){more}"
         )
     seeds = list(dict.fromkeys(j.seed for j in jobs))
-    records = {key: RunRecord(e.roles[0], e.config, seeds) for key, e in planned.items()}
+    records = _records(plan, seeds)
     for (key, seed), result in found.items():
         records[key].results[seed] = result
     book = NoiseBook(noise, predictions=False)
-    outcomes = [judge(spec, profile, claim_ids, records, where, book) for spec in specs]
+    outcomes = [judge(plan, spec, records, book) for spec in plan.specs]
     manifest = store.read_manifest(directory)
     return Reproduction(
-        profile,
+        plan,
         outcomes,
         seeds,
-        overrides,
         manifest.get("mlflow_run_id"),
         None,
         float(manifest.get("duration_s", 0.0)),
@@ -537,8 +451,6 @@ def rerun(
     """Train the one job ``target`` (``paper/run``) under ``seed`` again and compare it with
     its stored result bit for bit: every metric but the measured ones (timings), the data
     fingerprint and the test logits' digest. Returns the differences (none: identical)."""
-    from suite.reproduce.store import read_result, result_file, with_digest
-
     paper, _, run_id = target.partition("/")
     spec = load_spec(paper)
     if profile not in spec.profiles:
@@ -549,20 +461,18 @@ def rerun(
     config = run_config(spec, profile, run_id, overrides)
     key = config.config_hash()
     (job,) = plan_jobs({key: PlannedRun(config, [target])}, [seed], profile)
-    stored = read_result(report_dir, key, job.config)
+    stored = store.read_result(report_dir, key, job.config)
     if stored is None:
-        path = result_file(report_dir, key, seed)
+        path = store.result_file(report_dir, key, seed)
         raise ConfigError(f"--rerun {target} --seed {seed}: no stored result at {path}")
-    return differences(stored, with_digest(run_job(job, None)), job.config)
+    return differences(stored, store.with_digest(run_job(job, None)), job.config)
 
 
 def differences(stored: TaskResult, now: TaskResult, config: RunConfig) -> list[str]:
     """What differs between two results of one job (``config``): ``name: stored X, now Y``
     for each metric (measured ones left out), the data fingerprint and the test logits'
     digest."""
-    from suite.reproduce.store import LOGITS_DIGEST
-
-    record = RunRecord("", config, [])
+    record = SeededRun("", config, [])
     out = []
     for name in sorted(set(stored.metrics) | set(now.metrics)):
         if record.metric_kind(name) == "measured":
@@ -572,7 +482,11 @@ def differences(stored: TaskResult, now: TaskResult, config: RunConfig) -> list[
             out.append(f"{name}: stored {a!r}, now {b!r}")
     for label, x, y in (
         ("data fingerprint", stored.data_fingerprint, now.data_fingerprint),
-        ("test logits sha256", stored.details.get(LOGITS_DIGEST), now.details.get(LOGITS_DIGEST)),
+        (
+            "test logits sha256",
+            stored.details.get(store.LOGITS_DIGEST),
+            now.details.get(store.LOGITS_DIGEST),
+        ),
     ):
         if x != y:
             out.append(f"{label}: stored {x}, now {y}")

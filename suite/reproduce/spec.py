@@ -72,7 +72,7 @@ A profile's ``budgets: [4, 16]`` runs only those points of the curve (a cheaper 
 **like** (optional, per profile): ``regime: {like: standard}`` takes the standard profile's
 base, seeds, per-run extras and tuned values (not its tuning block or note); the profile's own
 fields replace them. The ``regime`` profile judges the empirical claims in every data regime
-of ``suite/reproductions/regimes.yaml`` (``suite.reproduce.regimes``).
+of ``suite/reproductions/regimes.yaml`` (``suite.reproduce.regime_runs``).
 
 **Tuning** (optional, per profile): every compared run tuned with the same budget, one
 Optuna study per run; ``suite reproduce --profile P --tune`` writes the chosen values to
@@ -99,6 +99,7 @@ figures, ``not testable at this scale`` where a scaling fit fails its gate.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 from pathlib import Path
@@ -106,10 +107,18 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from suite.config import Frozen, format_validation_error, load_yaml
+from suite.config import (
+    Frozen,
+    RunConfig,
+    deep_merge,
+    format_validation_error,
+    load_yaml,
+    validate_config,
+)
 from suite.errors import ConfigError
+from suite.presets import preset_path
 from suite.registry import unknown_name_message
-from suite.reproduce.tuning import Tuning
+from suite.studies.spec import Distribution, ParamSpace, SearchSpace, StudySpec
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "reproductions"
 
@@ -117,6 +126,120 @@ Operand = float | str | dict[str, list[str]]
 COMPARATIVE = ("greater", "less", "within", "at_least", "at_most")
 SCALING = ("exponent_greater", "less_at_compute")
 Member = str | dict[str, Any]
+
+
+TUNED_ENV = "RECSUITE_TUNED_DIR"
+"""Environment variable naming another folder for the tuned files (tests use it)."""
+OBJECTIVE = "val_auc"
+"""What every tuned run's study maximizes."""
+
+
+def _check_space(space: dict[str, Any], field: str) -> None:
+    """The study spec's own key checks (dotted keys, no ``embedding.name``)."""
+    try:
+        SearchSpace(params=space)
+    except ValidationError as exc:
+        raise ValueError(f"{field}: {format_validation_error(exc)}") from None
+
+
+class Tuning(Frozen):
+    """A profile's tuning block: one study per tuned run, all with the same budget."""
+
+    n_trials: int = Field(ge=1, description="trials of every tuned run's study")
+    space: ParamSpace = Field(default_factory=dict, description="params every tuned run searches")
+    runs: dict[str, ParamSpace | None] = Field(
+        min_length=1, description="tuned run -> its extra params (optional)"
+    )
+    share: dict[str, str] = Field(
+        default_factory=dict, description="run -> the tuned run whose values it takes"
+    )
+    seed: int = Field(0, ge=0, description="the TPE sampler's seed")
+    base: dict[str, Any] = Field(
+        default_factory=dict, description="config overrides for tuning trials only"
+    )
+
+    @field_validator("runs")
+    @classmethod
+    def _no_none(cls, runs: dict[str, ParamSpace | None]) -> dict[str, ParamSpace | None]:
+        return {run: extra or {} for run, extra in runs.items()}
+
+    @model_validator(mode="after")
+    def _check(self) -> Tuning:
+        if self.space:
+            _check_space(self.space, "space")
+        for run, extra in self.runs.items():
+            if extra:
+                _check_space(extra, f"runs.{run}")
+            if not self.run_space(run):
+                raise ValueError(f"runs.{run}: nothing to search (give space or the run's params)")
+        tuned = ", ".join(self.runs)
+        for run, source in self.share.items():
+            if run in self.runs:
+                raise ValueError(f"share.{run}: {run!r} is tuned itself; it cannot share")
+            if source not in self.runs:
+                raise ValueError(
+                    f"share.{run}: {source!r} is not a tuned run (tuning.runs: {tuned})"
+                )
+        return self
+
+    def run_space(self, run_id: str) -> dict[str, Distribution]:
+        """The params ``run_id``'s study searches: the common space plus its own."""
+        return {**self.space, **(self.runs.get(run_id) or {})}
+
+    def trial_overrides(self, profile: Profile, overrides: dict[str, Any]) -> dict[str, Any]:
+        """What a tuning trial trains with over the run's config: the block's ``base``,
+        the profile's first seed, then ``overrides``."""
+        return deep_merge(deep_merge(self.base, {"seed": profile.seeds[0]}), overrides)
+
+    def source(self, run_id: str) -> str | None:
+        """The tuned run whose values ``run_id`` trains with (itself, its share, or None)."""
+        return run_id if run_id in self.runs else self.share.get(run_id)
+
+    def check(self, spec: ReproductionSpec, profile: str) -> None:
+        """Every run named exists in the profile, and every tuned run's study (its space's
+        keys against the run's config, its objective against its task) is valid.
+        Raises ``ValueError`` naming the field (``profiles.<profile>.tuning...``)."""
+        where = f"profiles.{profile}.tuning"
+        runs = spec.run_ids(profile)
+        for field, names in (("runs", list(self.runs)), ("share", list(self.share))):
+            for name in names:
+                if name not in runs:
+                    raise ValueError(
+                        f"{where}.{field}: unknown run {name!r} (runs: {', '.join(runs)})"
+                    )
+        prof = spec.profiles[profile]
+        for run_id in self.runs:
+            what = f"reproduction {spec.paper}/{run_id} ({profile})"
+            try:
+                data = spec.run_data(profile, run_id)
+                data.pop(BUDGET_KEY, None)  # a curve run's options: chosen on its data later
+                base = validate_config(deep_merge(data, self.trial_overrides(prof, {})), what)
+                study = tuning_study(spec, profile, run_id, base)
+                study.check_space()
+                study.check_metrics()
+            except ConfigError as exc:
+                raise ValueError(f"{where}.runs.{run_id}: {exc}") from None
+
+
+class TunedRun(Frozen):
+    """What one run's study chose, and how to get it again."""
+
+    values: dict[str, Any] = Field(description="dotted config key -> tuned value")
+    study: str
+    trials: int = Field(ge=1)
+    best_val_auc: float
+    sampler_seed: int
+    workers: int = Field(ge=1)
+    commit: str
+    command: str
+
+
+class TunedFile(Frozen):
+    """``suite/reproductions/tuned/<paper>.<profile>.yaml``."""
+
+    paper: str
+    profile: str
+    runs: dict[str, TunedRun]
 
 
 class Profile(Frozen):
@@ -142,7 +265,7 @@ class Profile(Frozen):
     like: str | None = Field(
         None,
         description="another profile whose base, seeds, per-run extras and tuned values this "
-        "one takes (the regime profile: suite.reproduce.regimes)",
+        "one takes (the regime profile: suite.reproduce.regime_runs)",
     )
     order: Literal["seeds", "groups"] = Field(
         "seeds",
@@ -399,6 +522,23 @@ class ReproductionSpec(Frozen):
                 raise ValueError(f"profile {name}: budgets {sorted(extra)} are not the curve's")
         return self
 
+    def run_data(self, profile: str, run_id: str) -> dict[str, Any]:
+        """One run's config data before tuned values and overrides: the profile's base,
+        the run (for a family member: the family's run, then the member, whose ``model``
+        replaces the whole model), then its profile part."""
+        prof = self.profiles[profile]
+        family, _, member = run_id.partition("/")
+        if member:
+            data = deep_merge(prof.base, {"task": {"name": "accuracy"}})
+            data = deep_merge(data, self.runs.get(family, {}))
+            extra = copy.deepcopy(_member_config(prof.families[family][member]))
+            if "model" in extra:
+                data["model"] = extra.pop("model")
+            data = deep_merge(data, extra)
+        else:
+            data = deep_merge(prof.base, self.runs[run_id])
+        return deep_merge(data, prof.runs.get(run_id, {}))
+
     def run_ids(self, profile: str) -> list[str]:
         """The plain runs and every family member's run of ``profile``."""
         families = self.profiles[profile].families
@@ -406,8 +546,39 @@ class ReproductionSpec(Frozen):
         return [r for r in self.runs if r not in families] + members
 
 
+def _member_config(member: str | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(member, str):
+        return load_yaml(preset_path(member))
+    return member
+
+
+def study_name(paper: str, profile: str, run_id: str) -> str:
+    return f"tune.{paper}.{profile}.{run_id.replace('/', '.')}"
+
+
+def tuning_study(spec: ReproductionSpec, profile: str, run_id: str, base: RunConfig) -> StudySpec:
+    """The study of one tuned run from its resolved ``base`` config: ``val_auc`` maximized
+    over exactly ``n_trials`` trials by a seeded TPE sampler, no pruning."""
+    tuning = spec.profiles[profile].tuning
+    if tuning is None:
+        raise ConfigError(f"profile {profile!r} of paper {spec.paper!r} has no tuning block")
+    return StudySpec.model_validate(
+        {
+            "name": study_name(spec.paper, profile, run_id),
+            "description": f"{spec.paper}/{run_id} ({profile}): tuned for the reproduction",
+            "base": base,
+            "space": {"params": tuning.run_space(run_id)},
+            "objectives": [{"metric": OBJECTIVE, "direction": "maximize"}],
+            "budget": {"n_trials": tuning.n_trials},
+            "sampler": {"name": "tpe", "seed": tuning.seed},
+            "pruner": {"name": "none"},
+            "export": {"best": 1},
+        }
+    )
+
+
 NOT_SPECS = ("regimes",)
-"""YAML files beside the specs that are not specs (``regimes.yaml``: suite.reproduce.regimes)."""
+"""YAML files beside the specs that are not specs (``regimes.yaml``: suite.reproduce.regime_runs)."""
 
 
 def list_specs(directory: Path = SPEC_DIR) -> list[str]:

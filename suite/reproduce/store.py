@@ -20,12 +20,14 @@ import hashlib
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from suite.config import RunConfig
+from suite.config import DatasetSpec, RunConfig
+from suite.errors import ConfigError
 from suite.fileio import write_text_atomic
 from suite.reproduce.claims import PairNoise
 from suite.results import TaskResult, read_arrays
@@ -157,3 +159,40 @@ def read_manifest(report_dir: str | Path) -> dict[str, Any]:
 def write_manifest(report_dir: str | Path, mlflow_run_id: str | None, duration_s: float) -> Path:
     text = json.dumps({"mlflow_run_id": mlflow_run_id, "duration_s": duration_s}, indent=2)
     return write_text_atomic(runs_dir(report_dir) / MANIFEST_FILE, text + "\n")
+
+
+def _data_identity(dataset: DatasetSpec) -> dict[str, Any]:
+    return dataset.model_dump(mode="json", exclude={"raw", "cache_dir"})
+
+
+def stored_cardinalities(directories: list[Path]) -> Callable[[DatasetSpec], tuple[int, ...]]:
+    """A dataset's cardinalities read off a ``full`` run stored under ``directories`` on
+    that dataset (its tables' rows are the data's cardinalities), so that a report
+    regenerated from stored results plans its curve without opening the data cache."""
+    found: dict[str, tuple[int, ...]] = {}
+
+    def of(dataset: DatasetSpec) -> tuple[int, ...]:
+        want = json.dumps(_data_identity(dataset), sort_keys=True)
+        if want in found:
+            return found[want]
+        for directory in directories:
+            for path in sorted(runs_dir(directory).glob("*/seed-*.json")):
+                try:
+                    stored = json.loads(path.read_text(encoding="utf-8"))
+                    config = stored["config"]
+                    rows = stored["details"]["embedding_layout"]["table_rows"]
+                    if config["embedding"]["name"] != "full":
+                        continue
+                    data = DatasetSpec.model_validate(config["dataset"])
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                if json.dumps(_data_identity(data), sort_keys=True) == want:
+                    found[want] = tuple(int(r) for r in rows)
+                    return found[want]
+        where = ", ".join(str(runs_dir(d)) for d in directories)
+        raise ConfigError(
+            f"--from-results: no stored `full` run on dataset {dataset.name} under {where} "
+            "to read the curve's cardinalities from"
+        )
+
+    return of

@@ -3,12 +3,15 @@ fit in memory, and whether its thread count suits the machine."""
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from pathlib import Path
 
 import torch
 
 from suite.config import MAX_THREADS, RunConfig
+from suite.environment import ram_available_bytes
 from suite.errors import ConfigError
 from suite.units import human_bytes
 
@@ -42,20 +45,36 @@ def check_output_path(
         raise ConfigError(f"{field}: cannot write {path}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ConfigError(f"{field}: cannot write {path}: {ancestor} is not writable")
+    refused = _refuses_new_files(ancestor)
+    if refused and not (kind == "file" and path.exists()):
+        raise ConfigError(
+            f"{field}: {path} is a path that cannot exist: {ancestor} takes no new files "
+            f"({refused}); give a path on a real filesystem"
+        )
     if kind == "file" and path.exists() and not os.access(path, os.W_OK):
         raise ConfigError(f"{field}: cannot write {path}: permission denied")
+
+
+def _refuses_new_files(directory: Path) -> str | None:
+    """Why ``directory`` takes no new file (``/proc``: "No such file or directory"), found
+    by creating and removing an empty one; ``None`` where it takes one, or where only a
+    full disk refused it (said by the writer, with the space)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".suite-probe-", dir=directory)
+    except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        return None if full else exc.strerror or type(exc).__name__
+    os.close(fd)
+    Path(probe).unlink(missing_ok=True)
+    return None
 
 
 def available_bytes(device: torch.device) -> int:
     """Memory a run on ``device`` may use: the GPU's total, or RAM available plus free swap."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[1])
-    try:
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        kib = int(info["MemAvailable"].split()[0]) + int(info.get("SwapFree", "0 kB").split()[0])
-        return kib * 1024
-    except (OSError, KeyError, ValueError):
-        return 2**63 - 1  # unknown: do not refuse
+    have = ram_available_bytes()
+    return 2**63 - 1 if have is None else have  # unknown: do not refuse
 
 
 def table_bytes(config: RunConfig, cardinalities: list[int]) -> int:

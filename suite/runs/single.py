@@ -21,6 +21,7 @@ from suite.engine.distributed import check_distributed
 from suite.engine.parallel import process_group
 from suite.environment import environment
 from suite.errors import SuiteError
+from suite.fileio import check_space
 from suite.models.base import Ranks, RecModel
 from suite.results import (
     ARRAYS_DETAIL,
@@ -82,7 +83,26 @@ def preflight(
     task.check(config)
     data = get_prepared(config.dataset, progress=config.train.progress)
     check_memory(config, data.schema.cardinalities, device)
+    check_result_space(config, data, (outputs or {}).get("--out"))
     return device, data, task
+
+
+RESULT_JSON_BYTES = 64 << 10
+"""Room kept for a result JSON (a few KiB as written; its details, plots' names and the
+environment vary)."""
+ARRAY_BYTES_PER_TEST_ROW = 9
+"""The kept arrays' bytes per test row: its logit (at most float64) and its label (uint8)."""
+
+
+def check_result_space(config: RunConfig, data: PreparedDataset, out: str | Path | None) -> None:
+    """Refuse, before training, a result folder (or ``--out``) whose filesystem has no room
+    for the result JSON and the arrays it keeps (:class:`~suite.errors.DiskFullError`)."""
+    need = RESULT_JSON_BYTES
+    if config.tracking.keep_arrays:
+        need += ARRAY_BYTES_PER_TEST_ROW * int(data.manifest.get("rows", {}).get("test", 0))
+    check_space(result_path(config, data.fingerprint), need, RESULTS_OPTION)
+    if out is not None:
+        check_space(out, RESULT_JSON_BYTES, OUT_OPTION)
 
 
 class Diverged(SuiteError):
@@ -236,16 +256,17 @@ def _run(run: _Run, record: RunRecord, checkpoints: Any) -> TaskResult:
     plan_text = _show_plan(plan, run.leader) if plan else None
     final_step = int(output.details.get("steps", last_step) or last_step)
     _check_finite(run.config, output.metrics, final_step)
+    # the final figures belong to the last training step, after the last validation; they
+    # reach MLflow before any file is written, so a results disk that fails loses none
+    record.log_metrics(output.metrics, final_step)
     result = _result(run, record, output)
     if not run.leader:
         return result
+    record.log_text(result.model_dump_json(indent=2), "result.json")
+    record.log_json(run.env, "environment.json")
     result.write(result_path(run.config, run.data.fingerprint), RESULTS_OPTION)
     if run.out:
         result.write(run.out, OUT_OPTION)
-    # the final figures belong to the last training step, after the last validation
-    record.log_metrics(output.metrics, final_step)
-    record.log_text(result.model_dump_json(indent=2), "result.json")
-    record.log_json(run.env, "environment.json")
     if ARRAYS_DETAIL in result.details:
         record.log_artifact(result.details[ARRAYS_DETAIL]["file"], "log its arrays")
     record.log_plots(result.details)

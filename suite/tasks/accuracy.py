@@ -10,6 +10,7 @@ ended it), ``still_improving`` (the budget ran out while validation AUC still ro
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -89,7 +90,41 @@ class AccuracyTask(Task):
     distributed = True
 
     def run(self, ctx: RunContext) -> TaskOutput:
-        return train_and_evaluate(ctx)[1]
+        model, output = train_and_evaluate(ctx)
+        if model.ranks.leader:
+            output.details["plots"] = [str(p) for p in draw_plots(ctx, output)]
+        return output
+
+
+def draw_plots(ctx: RunContext, output: TaskOutput) -> list[Path]:
+    """The run's validation curve and test ROC under ``results_dir/plots/accuracy/``
+    (logged to its MLflow run under ``plots/``). A disk without room for them skips them
+    with a warning: the figures of the run go on to MLflow first."""
+    import sys
+
+    from suite.errors import DiskFullError
+    from suite.fileio import disk_full_error, is_disk_full
+    from suite.results import RESULTS_OPTION
+    from suite.tasks.accuracy_plots import draw_accuracy
+
+    cfg = ctx.config
+    name = f"{cfg.model.name}-{cfg.embedding.name}-{cfg.config_hash()}-seed{cfg.seed}"
+    out = Path(cfg.tracking.results_dir) / "plots" / "accuracy" / cfg.dataset.name / name
+    try:
+        return draw_accuracy(
+            output.details.get("validation_history") or [],
+            output.arrays["test_labels"],
+            output.arrays["test_logits"],
+            output.metrics["test_auc"],
+            cfg.embedding.name,
+            out,
+            RESULTS_OPTION,
+        )
+    except (DiskFullError, OSError) as exc:
+        if not isinstance(exc, DiskFullError) and not is_disk_full(exc, out):
+            raise
+        print(f"warning: no plots: {disk_full_error(out, None, RESULTS_OPTION)}", file=sys.stderr)
+        return []
 
 
 def train_and_evaluate(ctx: RunContext) -> tuple[RecModel, TaskOutput]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -48,6 +49,13 @@ class RunContext:
         from suite.engine.build import build_model
 
         return build_model(config or self.config, self.data, self.ranks)
+
+    def plot_dir(self, task: str) -> Path:
+        """Where ``task`` draws its figures for this run:
+        ``<results_dir>/plots/<task>/<dataset>-<config hash>``."""
+        cfg = self.config
+        name = f"{cfg.dataset.name}-{cfg.config_hash()}"
+        return Path(cfg.tracking.results_dir) / "plots" / task / name
 
 
 class Task:

@@ -198,12 +198,7 @@ class CharacterizeTask(Task):
         if options.plot:
             from suite.data.access_plots import draw_characterization
 
-            out = (
-                Path(ctx.config.tracking.results_dir)
-                / "plots"
-                / "characterize"
-                / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
-            )
+            out = ctx.plot_dir("characterize")
             details["plots"] = [str(p) for p in draw_characterization(figures, out)]
         return TaskOutput(metrics, details=details)
 

@@ -46,9 +46,9 @@ from suite.config import RunConfig
 from suite.embeddings.base import supports_checkpoints
 from suite.engine.checkpoint import (
     Checkpointer,
+    CheckpointEvery,
     CheckpointInfo,
     CheckpointPolicy,
-    Interval,
     adaptive_bits,
     quantization_bound,
     quantized_row_bytes,
@@ -220,7 +220,7 @@ class CheckpointTask(Task):
         try:
             writers = {
                 name: Checkpointer(
-                    workdir / name, identity, Interval(steps=options.interval_steps), policy
+                    workdir / name, identity, CheckpointEvery(steps=options.interval_steps), policy
                 )
                 for name, policy in policies.items()
             }
@@ -258,7 +258,7 @@ class CheckpointTask(Task):
         return self._report(ctx, options, outcome, test, written, restores, bounds)
 
     @staticmethod
-    def _test_auc(ctx: RunContext, model) -> float:  # noqa: ANN001
+    def _test_auc(ctx: RunContext, model) -> float:
         cfg = ctx.config.train
         return evaluate(model, ctx.data.split("test"), cfg.eval_batch_size, ctx.device)["auc"]
 
@@ -268,7 +268,7 @@ class CheckpointTask(Task):
         train_cfg,
         root: Path,
         identity: dict[str, str],
-        seq: int,  # noqa: ANN001
+        seq: int,
     ) -> dict[str, float]:
         """A fresh model restored from checkpoint ``seq`` of ``root``, trained to the end."""
         model = ctx.build_model()
@@ -285,7 +285,7 @@ class CheckpointTask(Task):
         self,
         ctx: RunContext,
         options: CheckpointOptions,
-        outcome,  # noqa: ANN001
+        outcome,
         test_auc: float,
         written: dict[str, list[CheckpointInfo]],
         restores: dict[str, dict[str, float]],
@@ -389,7 +389,7 @@ def _checkpoint_rows(name: str, infos: list[CheckpointInfo]) -> list[dict[str, A
 
 def _run_metrics(
     options: CheckpointOptions,
-    outcome,  # noqa: ANN001
+    outcome,
     written: dict[str, list[CheckpointInfo]],
     bounds: dict[int, dict[str, float]],
     kind_metrics: dict[str, float],

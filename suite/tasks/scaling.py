@@ -198,7 +198,7 @@ def _prefixed(ctx: RunContext, name: str) -> Callable[[dict[str, float], int], N
     return log
 
 
-def scaling_figure(points: list[dict[str, Any]], fits: dict[str, dict[str, float]], dataset: str):  # noqa: ANN201
+def scaling_figure(points: list[dict[str, Any]], fits: dict[str, dict[str, float]], dataset: str):
     """Test log loss against training FLOPs, log-log, one colour per backbone (the suite's
     palette), fits dashed with their exponent and R² or why the gate rejects them."""
     import pandas as pd

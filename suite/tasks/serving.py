@@ -280,12 +280,7 @@ class ServingTask(Task):
             "train_seconds": trained.details.get("train_seconds"),
         }
         if options.plot:
-            out = (
-                Path(cfg.tracking.results_dir)
-                / "plots"
-                / "serving"
-                / f"{cfg.dataset.name}-{cfg.config_hash()}"
-            )
+            out = ctx.plot_dir("serving")
             details["plots"] = [str(draw_serving(per_precision, options, out))]
         return TaskOutput(metrics, details=details)
 

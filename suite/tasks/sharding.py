@@ -183,7 +183,7 @@ def baseline(name: str, table_options: list, world: int, rng: np.random.Generato
             option.shards[0].rank = int(rng.integers(world))
         return placed
 
-    def weight(option) -> float:  # noqa: ANN001
+    def weight(option) -> float:
         shard = option.shards[0]
         return (
             float(shard.storage.hbm + shard.storage.ddr)
@@ -302,12 +302,7 @@ class ShardingTask(Task):
             "cost_unit": "TorchRec EmbeddingPerfEstimator total (ms per iteration)",
         }
         print_plans(results)
-        out = (
-            Path(ctx.config.tracking.results_dir)
-            / "plots"
-            / "sharding"
-            / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
-        )
+        out = ctx.plot_dir("sharding")
         if options.plot:
             details["plots"] = [str(draw_sharding(results, out))]
         if options.measure:

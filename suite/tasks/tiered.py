@@ -204,7 +204,7 @@ class TieredTask(Task):
 
     Options = TieredOptions
 
-    def check(self, config) -> None:  # noqa: ANN001
+    def check(self, config) -> None:
         options: TieredOptions = config.task.typed_options()
         tiers = load_tiers(options.tiers_file)
         for placement in options.placements:
@@ -246,12 +246,7 @@ class TieredTask(Task):
         if options.plot:
             from suite.data.access_plots import draw_tiers
 
-            out = (
-                Path(ctx.config.tracking.results_dir)
-                / "plots"
-                / "tiered"
-                / f"{ctx.config.dataset.name}-{ctx.config.config_hash()}"
-            )
+            out = ctx.plot_dir("tiered")
             details["plots"] = [str(p) for p in draw_tiers(placements, out)]
         return TaskOutput(metrics, details=details)
 

@@ -62,14 +62,14 @@ the checkpoint path's share of training time at it."""
 
 
 @dataclass(frozen=True)
-class Interval:
+class CheckpointEvery:
     """Every ``steps`` steps, or every ``seconds`` of wall time."""
 
     steps: int | None = None
     seconds: float | None = None
 
     @classmethod
-    def parse(cls, value: int | str | None) -> Interval | None:
+    def parse(cls, value: int | str | None) -> CheckpointEvery | None:
         """``500`` or ``"500"``: steps; ``"30s"``, ``"5m"``, ``"1h"``: wall time."""
         if value is None:
             return None
@@ -157,7 +157,7 @@ def run_checkpoints(
     checkpoints = Checkpointer(
         root,
         identity,
-        Interval.parse(config.train.checkpoint_every),
+        CheckpointEvery.parse(config.train.checkpoint_every),
         resume=resume,
         ranks=ranks,
     )
@@ -232,7 +232,7 @@ class Checkpointer:
         self,
         root: str | Path,
         identity: dict[str, str],
-        every: Interval | None = None,
+        every: CheckpointEvery | None = None,
         policy: CheckpointPolicy | None = None,
         resume: bool | int = False,
         ranks: Ranks = ONE_PROCESS,

@@ -100,13 +100,18 @@
       var row = document.getElementById(p.row);
       return row && !row.hidden && p.memory > 0;
     });
-    var W = 640, H = 320, L = 72, R = 24, T = 16, B = 44;
+    // drawn at the width it is shown at (one SVG unit = one CSS pixel), so its text keeps
+    // its CSS size on a phone as on a desktop; narrower than 480 px it is taller than wide
+    var W = Math.max(280, Math.round(svg.getBoundingClientRect().width) || 640);
+    var H = W < 480 ? Math.round(W * 0.95) : Math.max(320, Math.round(W / 2));
+    var L = W < 480 ? 54 : 72, R = 16, T = 16, B = 44;
+    svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     svg.appendChild(node("line", {"class": "axis", x1: L, y1: H - B, x2: W - R, y2: H - B}));
     svg.appendChild(node("line", {"class": "axis", x1: L, y1: T, x2: L, y2: H - B}));
     svg.appendChild(node("text", {x: (L + W - R) / 2, y: H - 8, "text-anchor": "middle"},
                          chart.memory + " (log scale)"));
-    svg.appendChild(node("text", {x: 14, y: (T + H - B) / 2, "text-anchor": "middle",
-                                  transform: "rotate(-90 14 " + ((T + H - B) / 2) + ")"},
+    svg.appendChild(node("text", {x: 12, y: (T + H - B) / 2, "text-anchor": "middle",
+                                  transform: "rotate(-90 12 " + ((T + H - B) / 2) + ")"},
                          chart.quality));
     if (!points.length) {
       svg.appendChild(node("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no entries"));
@@ -117,7 +122,8 @@
     var highs = points.map(function (p) { return Math.max(p.quality, p.ci_high); });
     var x0 = Math.min.apply(null, lx), x1 = Math.max.apply(null, lx);
     var y0 = Math.min.apply(null, lows), y1 = Math.max.apply(null, highs);
-    if (x1 - x0 < 0.2) { x0 -= 0.1; x1 += 0.1; }
+    // at least half a decade wide, so that two round sizes fall inside it
+    if (x1 - x0 < 0.5) { var mid = (x0 + x1) / 2; x0 = mid - 0.25; x1 = mid + 0.25; }
     if (y1 - y0 < 1e-3) { y0 -= 5e-4; y1 += 5e-4; }
     var padX = (x1 - x0) * 0.08, padY = (y1 - y0) * 0.05;
     x0 -= padX; x1 += padX; y0 -= padY; y1 += padY;
@@ -128,6 +134,7 @@
     var places = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
     function sx(v) { return L + (v - x0) / (x1 - x0) * (W - L - R); }
     function sy(v) { return H - B - (v - y0) / (y1 - y0) * (H - B - T); }
+    var at = spread(points, sx, sy, L + 6, W - R - 6);
     byteTicks(x0, x1).forEach(function (k) {
       svg.appendChild(node("line", {"class": "grid", x1: sx(k.t), y1: T, x2: sx(k.t), y2: H - B}));
       svg.appendChild(node("text", {"class": "tick x", x: sx(k.t), y: H - B + 14,
@@ -148,12 +155,13 @@
       if (sign * p.quality > best) { best = sign * p.quality; front.push(p); }
     });
     var path = front.map(function (p) {
-      return sx(Math.log10(p.memory)).toFixed(1) + "," + sy(p.quality).toFixed(1);
+      return at[p.row].toFixed(1) + "," + sy(p.quality).toFixed(1);
     }).join(" ");
     svg.appendChild(node("polyline", {"class": "front", points: path}));
+    var drawn = [];
     points.forEach(function (p) {
-      var g = node("g", {"class": "entry", "data-row": p.row});
-      var cx = sx(Math.log10(p.memory)), cy = sy(p.quality);
+      var g = node("g", {"class": "entry", "data-row": p.row, "data-label": p.label});
+      var cx = at[p.row], cy = sy(p.quality);
       // the 95% CI over the seeds: a vertical bar with caps
       var lo = sy(p.ci_low), hi = sy(p.ci_high);
       [[cx, lo, cx, hi], [cx - 4, lo, cx + 4, lo], [cx - 4, hi, cx + 4, hi]].forEach(function (s) {
@@ -167,12 +175,85 @@
                            " " + p.quality.toFixed(4) + " (95% CI " + p.ci_low.toFixed(4) +
                            " to " + p.ci_high.toFixed(4) + "), " + humanBytes(p.memory)));
       g.appendChild(dot);
-      var right = cx > W * 0.7;
-      g.appendChild(node("text", {"class": "label", x: (right ? cx - 8 : cx + 8).toFixed(1),
-                                  y: (cy - 8).toFixed(1),
-                                  "text-anchor": right ? "end" : "start"}, p.label));
       svg.appendChild(g);
+      drawn.push([g, p.label, cx, cy]);
     });
+    // labels last, clear of every marker and of the labels placed before them
+    var placed = drawn.map(function (d) { return {x: d[2] - 5, y: d[3] - 5, width: 10, height: 10}; });
+    drawn.forEach(function (d) {
+      var mine = {x: d[2] - 5, y: d[3] - 5, width: 10, height: 10};
+      var others = placed.filter(function (b) {
+        return !(b.x === mine.x && b.y === mine.y);
+      });
+      var box = placeLabel(svg, d[0], d[1], d[2], d[3], others, [L, T, W - R, H - B]);
+      if (box) { placed.push(box); }
+    });
+  }
+
+  var GAP = 11;  // px between the centres of points moved apart (markers are 10 px wide)
+
+  function spread(points, sx, sy, lo, hi) {
+    // each point's x: at its memory, unless its marker or CI bar would run into one
+    // already placed (equal memory, as hash and QR at one budget: the same x, overlapping
+    // heights); then it moves GAP px right, left, 2 GAP right ... to the nearest free
+    // place, so each marker and its bar stays its own. Points far apart in height keep
+    // their x, and none leaves the plot (lo to hi px). Placed in order of memory, then
+    // label.
+    var order = points.slice().sort(function (a, b) {
+      return a.memory - b.memory || (a.label < b.label ? -1 : a.label > b.label ? 1 :
+                                     a.row < b.row ? -1 : 1);
+    });
+    var at = {}, placed = [];
+    order.forEach(function (p) {
+      var x = Math.min(hi, Math.max(lo, sx(Math.log10(p.memory))));
+      var top = Math.min(sy(p.ci_high), sy(p.quality)) - 6;
+      var bottom = Math.max(sy(p.ci_low), sy(p.quality)) + 6;
+      var y = sy(p.quality);
+      function clear(shift, barsToo) {
+        return placed.every(function (q) {
+          if (Math.abs(q.x - (x + shift)) >= GAP) { return true; }
+          // markers only, where the plot is too crowded for every bar to stand apart
+          return barsToo ? q.bottom <= top || bottom <= q.top : Math.abs(q.y - y) >= GAP;
+        });
+      }
+      var chosen = null;
+      [true, false].some(function (barsToo) {
+        for (var k = 0; k < 400; k++) {
+          var shift = (k % 2 ? 1 : -1) * Math.ceil(k / 2) * GAP;
+          if (x + shift < lo || x + shift > hi) { continue; }
+          if (clear(shift, barsToo)) { chosen = shift; return true; }
+        }
+        return false;
+      });
+      chosen = chosen === null ? 0 : chosen;
+      at[p.row] = x + chosen;
+      placed.push({x: x + chosen, y: y, top: top, bottom: bottom});
+    });
+    return at;
+  }
+
+  function overlaps(a, b) {
+    return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+  }
+
+  function placeLabel(svg, g, text, cx, cy, placed, bounds) {
+    // the label beside its point where it overlaps no other label or marker and stays
+    // inside the plot: above right, above left, below right, below left; else none (the
+    // point's tooltip still names it)
+    var spots = [[8, -8, "start"], [-8, -8, "end"], [8, 16, "start"], [-8, 16, "end"]];
+    for (var i = 0; i < spots.length; i++) {
+      var s = spots[i];
+      var label = node("text", {"class": "label", x: (cx + s[0]).toFixed(1),
+                                y: (cy + s[1]).toFixed(1), "text-anchor": s[2]}, text);
+      g.appendChild(label);
+      var box = label.getBBox();
+      var inside = box.x >= bounds[0] && box.y >= bounds[1] &&
+                   box.x + box.width <= bounds[2] && box.y + box.height <= bounds[3] + 14;
+      var free = placed.every(function (b) { return !overlaps(box, b); });
+      if (inside && free) { return box; }
+      g.removeChild(label);
+    }
+    return null;
   }
 
   var filters = {
@@ -216,6 +297,15 @@
     event.preventDefault();
   });
   applyFilters();
+
+  var lastWidth = window.innerWidth, resizing = null;
+  window.addEventListener("resize", function () {
+    // the charts are drawn at their shown width: redraw when it changes
+    if (window.innerWidth === lastWidth) { return; }
+    lastWidth = window.innerWidth;
+    clearTimeout(resizing);
+    resizing = setTimeout(function () { data.charts.forEach(drawChart); }, 100);
+  });
 
   function openFromHash() {
     // a link to #config-<entry> or #record-<entry> (the Markdown board's links) opens that

@@ -31,21 +31,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from suite.config import Frozen, deep_merge, load_yaml
+from suite.config import Frozen, deep_merge, format_validation_error, load_yaml
 from suite.errors import ConfigError
+from suite.reproduce import store
 from suite.reproduce.claims import ClaimOutcome
 from suite.reproduce.outcome import Reproduction
 from suite.reproduce.plan import (
+    Cardinalities,
     Job,
-    plan_jobs,
-    plan_runs,
-    profile_seeds,
+    ReproductionPlan,
+    build_plan,
+    prepared_cardinalities,
     select_specs,
     selected_claims,
 )
-from suite.reproduce.runner import noise_pairs, reproduce, stored_results
+from suite.reproduce.runner import regenerate, reproduce, stored_results
 from suite.reproduce.spec import SPEC_DIR
 
 PROFILE = "regime"
@@ -70,10 +72,6 @@ class RegimeFile(Frozen):
 
 def load_regimes(path: str | Path = REGIMES_FILE) -> dict[str, Regime]:
     """The declared regimes, in file order."""
-    from pydantic import ValidationError
-
-    from suite.config import format_validation_error
-
     try:
         return dict(RegimeFile.model_validate(load_yaml(Path(path))).regimes)
     except ValidationError as exc:
@@ -99,32 +97,19 @@ def empirical_claim_ids(papers: list[str] | None, claim_ids: list[str] | None) -
     return list(dict.fromkeys(ids))
 
 
-@dataclass(frozen=True)
-class RegimePlan:
-    """One regime's jobs and the ``(left, right)`` config hashes whose test AUCs its claims
-    judge with their test-set noise (:func:`suite.reproduce.runner.noise_pairs`)."""
-
-    jobs: list[Job]
-    pairs: set[tuple[str, str]]
-
-
 def regime_plans(
     papers: list[str] | None,
     claim_ids: list[str] | None,
     overrides: dict[str, Any],
     regimes: dict[str, Regime],
-) -> dict[str, RegimePlan]:
-    """Each regime's (run, seed) jobs as the runner plans them (no training), and its pairs."""
+    cardinalities: Cardinalities = prepared_cardinalities,
+) -> dict[str, ReproductionPlan]:
+    """Each regime's plan of the profile's empirical claims under its overrides (no training)."""
     ids = empirical_claim_ids(papers, claim_ids)
-    specs = select_specs(papers, PROFILE, ids)
-    seeds = profile_seeds(specs, PROFILE)
-    out = {}
-    for name, regime in regimes.items():
-        planned, where = plan_runs(specs, PROFILE, ids, regime_overrides(regime, overrides))
-        out[name] = RegimePlan(
-            plan_jobs(planned, seeds, PROFILE), noise_pairs(specs, PROFILE, ids, where)
-        )
-    return out
+    return {
+        name: build_plan(PROFILE, papers, ids, regime_overrides(regime, overrides), cardinalities)
+        for name, regime in regimes.items()
+    }
 
 
 def regime_jobs(
@@ -141,8 +126,6 @@ def adopt_stored(jobs: list[Job], source: Path, report_dir: Path) -> int:
     """Copy into ``report_dir`` the jobs ``source`` (another profile's report directory)
     stored with the very same config, and the test-set noise of their pairs; returns how
     many were copied (jobs already stored in ``report_dir`` are left alone)."""
-    from suite.reproduce import store
-
     if source.resolve() == report_dir.resolve():
         return 0
     adopted: set[str] = set()
@@ -177,33 +160,46 @@ def reproduce_regimes(
     overrides: dict[str, Any],
     regimes: dict[str, Regime] | None = None,
     adopt_from: Path | None = STANDARD_DIR,
+    plans: dict[str, ReproductionPlan] | None = None,
     **run: Any,
 ) -> list[RegimeOutcome]:
     """The regime profile: the selected specs' empirical claims judged in every regime.
 
-    Each regime is one reproduction of the ``regime`` profile under its overrides
-    (:func:`suite.reproduce.runner.reproduce`, given ``run``: progress, command, workers,
-    report_dir, from_results), all stored in the one ``report_dir`` (config hashes keep the
-    regimes apart; resumable as any reproduction; each regime's MLflow parent run names it in
-    its ``suite.command`` tag). ``adopt_from``: a report directory whose
-    stored jobs of the same config are copied instead of trained (None: none); regenerating
-    (``from_results``), the jobs the results directory lacks are read from there."""
+    Each regime is one reproduction of the ``regime`` profile under its overrides, planned
+    once (:func:`regime_plans`) and run by :func:`suite.reproduce.runner.reproduce` (given
+    ``run``: progress, command, workers, report_dir), all stored in the one ``report_dir``
+    (config hashes keep the regimes apart; resumable as any reproduction; each regime's
+    MLflow parent run names it in its ``suite.command`` tag). ``adopt_from``: a report
+    directory whose stored jobs of the same config are copied instead of trained (None:
+    none). With ``run["from_results"]``, each regime is judged on the results stored there
+    (:func:`suite.reproduce.runner.regenerate`), and the jobs it lacks are read from
+    ``adopt_from``. ``plans``: the regimes' plans where the caller built them already."""
     regimes = regimes if regimes is not None else load_regimes()
-    ids = empirical_claim_ids(papers, claim_ids)
-    planned = regime_jobs(papers, ids, overrides, regimes)
-    report_dir, training = run.get("report_dir"), run.get("from_results") is None
+    from_results = run.get("from_results")
+    report_dir = run.get("report_dir")
+    if from_results is None:
+        plans = plans or regime_plans(papers, claim_ids, overrides, regimes)
+    else:
+        directories = [Path(from_results), *([Path(adopt_from)] if adopt_from else [])]
+        cards = store.stored_cardinalities(directories)
+        plans = regime_plans(papers, claim_ids, overrides, regimes, cards)
     out = []
     for name, regime in regimes.items():
-        adopted = 0
-        if training and report_dir is not None and adopt_from is not None:
-            adopted = adopt_stored(planned[name], Path(adopt_from), Path(report_dir))
-        tagged = {**run, "command": f"{run.get('command', '')} [regime {name}]".strip()}
-        if not training and adopt_from is not None:
-            tagged["also_from"] = adopt_from
-        reproduction = reproduce(
-            PROFILE, papers, ids, regime_overrides(regime, overrides), **tagged
-        )
-        out.append(RegimeOutcome(name, regime, reproduction, len(planned[name]), adopted))
+        plan, adopted = plans[name], 0
+        if from_results is not None:
+            reproduction = regenerate(plan, directories)
+        else:
+            if report_dir is not None and adopt_from is not None:
+                adopted = adopt_stored(plan.jobs, Path(adopt_from), Path(report_dir))
+            command = f"{run.get('command', '')} [regime {name}]".strip()
+            reproduction = reproduce(
+                plan,
+                report_dir,
+                workers=run.get("workers"),
+                progress=run.get("progress", True),
+                command=command,
+            )
+        out.append(RegimeOutcome(name, regime, reproduction, len(plan.jobs), adopted))
     return out
 
 
@@ -249,11 +245,9 @@ def job_minutes(
 def role_seconds(jobs: list[Job], directory: Path) -> dict[str, float]:
     """Mean seconds per seed of each run (by role ``paper/run``) stored under ``directory``
     for these jobs' configs."""
-    from suite.reproduce.store import read_result
-
     found: dict[str, list[float]] = {}
     for job in jobs:
-        result = read_result(directory, job.key, job.config)
+        result = store.read_result(directory, job.key, job.config)
         if result is not None:
             found.setdefault(job.tags["suite.roles"].split(",")[0], []).append(result.duration_s)
     return {role: sum(v) / len(v) for role, v in found.items()}
@@ -266,23 +260,27 @@ def train_rows(jobs: list[Job]) -> float:
     return float(jobs[0].config.dataset.options.get("train_rows", math.nan))
 
 
-def plan_text(plans: dict[str, RegimePlan], report_dir: Path, reference_dir: Path) -> list[str]:
+def plan_text(
+    plans: dict[str, ReproductionPlan], report_dir: Path, reference_dir: Path
+) -> list[str]:
     """One line per regime: its jobs, those stored (or adoptable), and the estimated
     job-minutes still to train (``reference_dir``'s per-run seconds, from today's regime,
     scaled by training rows; runs it lacks at the median). A job stored here or in
     ``reference_dir`` counts as to train where the runner would train it again: its logits
     gone and the test-set noise of one of its pairs not stored there."""
-    from suite.reproduce.store import read_result
-
     first = next(iter(plans.values())).jobs
     reference = role_seconds(first, reference_dir)
     median = sorted(reference.values())[len(reference) // 2] if reference else math.nan
     lines = []
     for name, plan in plans.items():
-        _, missing = stored_results(plan.jobs, report_dir, plan.pairs)
-        _, todo = stored_results(missing, reference_dir, plan.pairs)  # adoptable as is
+        pairs = plan.noise_pairs()
+        _, missing = stored_results(plan.jobs, report_dir, pairs)
+        _, todo = stored_results(missing, reference_dir, pairs)  # adoptable as is
         again = sum(
-            any(read_result(d, j.key, j.config) is not None for d in (report_dir, reference_dir))
+            any(
+                store.read_result(d, j.key, j.config) is not None
+                for d in (report_dir, reference_dir)
+            )
             for j in todo
         )
         scale = train_rows(plan.jobs) / train_rows(first)
@@ -305,34 +303,3 @@ def plan_text(plans: dict[str, RegimePlan], report_dir: Path, reference_dir: Pat
             + f", {cost}"
         )
     return lines
-
-
-def handle_regime(
-    papers: list[str] | None, claim_ids: list[str] | None, overrides: dict[str, Any], **run: Any
-) -> int:
-    """``suite reproduce --profile regime``: print the plan, train (or resume) every regime's
-    jobs, judge them, write the report and plots under ``run["report_dir"]``."""
-    from suite.fileio import write_text_atomic
-    from suite.reproduce.plots import draw_plots
-    from suite.reproduce.regime_report import (
-        draw_regime_plot,
-        regime_counts_line,
-        render_regime_report,
-    )
-
-    regimes = load_regimes()
-    out_dir = Path(run["report_dir"])
-    if run.get("from_results") is None:
-        plans = regime_plans(papers, claim_ids, overrides, regimes)
-        for line in plan_text(plans, out_dir, STANDARD_DIR):
-            print(line, flush=True)
-    outcomes = reproduce_regimes(papers, claim_ids, overrides, regimes, **run)
-    plots = draw_regime_plot(outcomes, out_dir)
-    for regime in outcomes:
-        drawn = draw_plots(regime.reproduction, out_dir / regime.name)
-        plots += [f"{regime.name}/{p}" for p in drawn]
-    report = render_regime_report(outcomes, plots, run.get("command", ""), out_dir)
-    path = write_text_atomic(out_dir / "REPORT.md", report, "--out")
-    print(regime_counts_line(outcomes))
-    print(f"report: {path}")
-    return 0
