@@ -161,7 +161,7 @@ def test_the_shipped_board_holds_the_reproductions_verified() -> None:
     assert {i.sub.embedding for i in board_of_curve.items} >= CURVE_METHODS | {"full"}
 
 
-def groups_of(report):  # noqa: ANN001, ANN201
+def groups_of(report):
     from suite.leaderboard.render import Item
 
     return groups([Item(p.name, s, True) for p, s in report.submissions])

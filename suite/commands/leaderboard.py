@@ -166,7 +166,7 @@ def _help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _print_report(report) -> None:  # noqa: ANN001
+def _print_report(report) -> None:
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for problem in report.problems:
@@ -233,7 +233,7 @@ def handle_verify(args: argparse.Namespace) -> int:
     return 1
 
 
-def load_valid(board: Path):  # noqa: ANN201
+def load_valid(board: Path):
     """The leaderboard's submissions as render items, after full validation."""
     from suite.leaderboard.render import Item
     from suite.leaderboard.validate import validate

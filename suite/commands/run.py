@@ -90,7 +90,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_multiseed(agg) -> None:  # noqa: ANN001
+def print_multiseed(agg) -> None:
     """A mean ± std table (sample std, ddof=1) with each seed's figure, each metric's
     figures to the decimal place of its std's second significant digit."""
     from suite.units import decimals_for, format_metric, format_spread
@@ -122,7 +122,7 @@ def print_multiseed(agg) -> None:  # noqa: ANN001
         print(f"  mlflow parent run {agg.mlflow_run_id} in {agg.mlflow_tracking_uri}")
 
 
-def print_result(result) -> None:  # noqa: ANN001
+def print_result(result) -> None:
     from suite.units import format_metric
 
     print(
@@ -141,7 +141,7 @@ def print_result(result) -> None:  # noqa: ANN001
         print(f"  mlflow run {result.mlflow_run_id} in {result.mlflow_tracking_uri}")
 
 
-def print_plots(result, label: str = "") -> None:  # noqa: ANN001
+def print_plots(result, label: str = "") -> None:
     """One line naming the figures the run drew (with tracking on, also in its MLflow run
     under plots/)."""
     from suite.runs.record import plot_paths

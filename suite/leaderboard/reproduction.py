@@ -137,7 +137,7 @@ def import_reproduction(
     board: Path,
     root: Path,
     tasks: Iterable[str] = DEFAULT_TASKS,
-    log=print,  # noqa: ANN001
+    log=print,
 ) -> Imported:
     """Write one submission and one regeneration record per run folder of ``results_dir``
     (tasks in ``tasks``, at least three seeds) and remove this profile's earlier entries that
