@@ -119,6 +119,14 @@ def tests_slow(session: nox.Session) -> None:
 
 
 @nox.session
+def tests_cluster(session: nox.Session) -> None:
+    """The tests on a real two-node Ray cluster on loopback, in their own network namespace
+    (``unshare --net``; skipped where that is not allowed)."""
+    install_suite(session, TEST_EXTRAS)
+    session.run("pytest", "-q", "-m", "cluster", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff lint and format check, then mypy on the lower floors (``[tool.mypy]``): the
     ruff and mypy the dev extra pins, with numpy and pydantic for their types (torch and
