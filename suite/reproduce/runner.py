@@ -14,11 +14,10 @@ schedules the jobs, resumes from stored results and tracks the parent run.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +142,16 @@ def run_job(job: Job, parent_run_id: str | None) -> TaskResult:
     return execute(job.config, parent_run_id=parent_run_id, extra_tags=job.tags)
 
 
+@dataclass(frozen=True)
+class Train:
+    """``run_job`` under one MLflow parent run, as a job an executor can ship."""
+
+    parent_run_id: str | None
+
+    def __call__(self, job: Job) -> TaskResult:
+        return run_job(job, self.parent_run_id)
+
+
 def run_jobs(
     jobs: list[Job],
     executor: Executor,
@@ -155,7 +164,7 @@ def run_jobs(
     prepared here first (and their fingerprints handed to the nodes, which check theirs),
     each job trains without progress bars of its own, results come as they finish, and an
     error or an interruption stops every job still running before it is re-raised."""
-    work = functools.partial(run_job, parent_run_id=parent_run_id)
+    work = Train(parent_run_id)
     if isinstance(executor, LocalExecutor) and (executor.workers <= 1 or len(jobs) <= 1):
         for job in jobs:
             bar.set_postfix_str(job.label)
