@@ -23,7 +23,27 @@ Tests, at ``ALPHA = 0.05`` one-sided:
   ``does not hold`` when the 90% interval lies wholly outside it.
 
 An undecided claim gets its power at the present ``n`` and the ``n`` (seeds, and test rows
-where seeds alone cannot do it) that 80% power needs, planned at the observed effect.
+where seeds alone cannot do it) that 80% power needs, planned at the observed effect, with
+that figure's uncertainty beside it (:class:`Plan`):
+
+- **the 90% interval of n**: the ``n`` that 80% power needs at every effect in the
+  effect's 90% interval, from the smallest (the end far from the bound; for ``within``
+  also 0, where equivalence is easiest) to the largest (the end near the bound). It
+  covers the ``n`` the true effect needs whenever the interval covers the true effect, so
+  at least 90% of the time. An undecided claim's interval always reaches its bound (that
+  is what undecided means), and at the bound no ``n`` decides, so its upper end is
+  unbounded: ``needs n≈27 [90% CI 7–∞]`` (a low end under today's ``n``: an effect that
+  far from the bound would have needed fewer seeds than were run, this run being unlucky).
+  Simulated on claims shaped like the standard report's (``tests/test_needs_n.py``), the
+  point figure lands within 2x of the true ``n`` only 28-45% of the time, while this
+  interval covers it 93-100% of the time.
+- **the chance to decide at the point n**: the power at that ``n`` averaged over the
+  effect's uncertainty (its t distribution around the estimate; "assurance"), which is
+  what running to the printed ``n`` buys when the effect is not known: below the 80%
+  planned at the observed effect (about 2 in 3 for the standard report's claims), since
+  the effect may lie nearer the bound than observed. An average over the effects the data
+  allow, not the power at the true one (which no run knows).
+
 Multiplicity: Holm's step-down adjustment over a report's empirical claims.
 """
 
@@ -31,11 +51,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from suite.stats import Interval
 
@@ -46,6 +68,8 @@ INTERVAL_LEVEL = 1 - 2 * ALPHA
 POWER = 0.8
 MAX_SEEDS = 1000
 
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 Direction = Literal["greater", "less", "within"]
 Decision = Literal["holds", "does not hold", "undecided", "not measurable"]
 Verdict = Literal["holds", "does not hold", "inconclusive", "not measurable"]
@@ -204,54 +228,290 @@ def power(
     For ``within`` it is TOST's power to show equivalence when ``|effect| < bound``, and the
     power to show non-equivalence otherwise.
     """
+    k = noise.n if n is None else n
+    found = power_array(effect, noise.seed_var, noise.test_var, k, direction, bound, test_scale)
+    return float(found)
+
+
+def power_array(
+    effect: ArrayLike,
+    seed_var: ArrayLike,
+    test_var: ArrayLike,
+    n: ArrayLike,
+    direction: Direction,
+    bound: float,
+    test_scale: float = 1.0,
+) -> FloatArray:
+    """:func:`power` elementwise over broadcast arrays of ``effect``, seed variance ``s^2``,
+    shared test variance ``v`` and seeds ``n`` (NaN where ``n < 2``; 1 where the variance is
+    not positive)."""
     from scipy import stats
 
-    k = noise.n if n is None else n
-    var = noise.variance(k, test_scale)
-    if k < 2 or not var > 0:
-        return math.nan if k < 2 else 1.0
-    se = math.sqrt(var)
-    crit = t_quantile(1 - ALPHA, noise.dof(k, test_scale))
-    if direction in ("greater", "less"):
-        distance = abs(effect - bound) / se
-        return float(stats.norm.cdf(distance - crit))
-    if abs(effect) >= bound:
-        return float(stats.norm.cdf((abs(effect) - bound) / se - crit))
-    upper = stats.norm.cdf((bound - effect) / se - crit)
-    lower = stats.norm.cdf((bound + effect) / se - crit)
-    return float(max(0.0, upper + lower - 1.0))
+    e, sv, tv, k = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.float64) for a in (effect, seed_var, test_var, n))
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        seed_part = sv / k
+        var = seed_part + tv * test_scale
+        se = np.sqrt(var)
+        dof = np.where(seed_part > 0, var**2 * (k - 1) / seed_part**2, np.inf)
+        crit = stats.t.ppf(1 - ALPHA, dof)  # the normal quantile at infinite dof
+        if direction in ("greater", "less"):
+            found = stats.norm.cdf(np.abs(e - bound) / se - crit)
+        else:
+            outside = stats.norm.cdf((np.abs(e) - bound) / se - crit)
+            upper = stats.norm.cdf((bound - e) / se - crit)
+            lower = stats.norm.cdf((bound + e) / se - crit)
+            inside = np.maximum(0.0, upper + lower - 1.0)
+            found = np.where(np.abs(e) >= bound, outside, inside)
+    found = np.where(var > 0, found, 1.0)
+    return np.asarray(np.where(k < 2, math.nan, found), dtype=np.float64)
+
+
+def seeds_for_power(
+    effect: ArrayLike,
+    seed_var: ArrayLike,
+    test_var: ArrayLike,
+    direction: Direction,
+    bound: float,
+    test_scale: float = 1.0,
+) -> FloatArray:
+    """Elementwise, the smallest ``n`` in ``[2, MAX_SEEDS]`` whose :func:`power_array` is at
+    least ``POWER``; ``inf`` where ``MAX_SEEDS`` seeds fall short (power grows with ``n``, so
+    a bisection, all elements at once)."""
+    e, sv, tv = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.float64) for a in (effect, seed_var, test_var))
+    )
+
+    def enough(k: FloatArray) -> BoolArray:
+        return power_array(e, sv, tv, k, direction, bound, test_scale) >= POWER
+
+    low, high = np.ones(e.shape), np.full(e.shape, float(MAX_SEEDS))
+    reached = enough(high)
+    while np.any(high - low > 1):
+        mid = np.floor((low + high) / 2)
+        ok = enough(mid)
+        low, high = np.where(ok, low, mid), np.where(ok, mid, high)
+    return np.where(reached, high, math.inf)
+
+
+def effect_interval(
+    estimate: ArrayLike, seed_var: ArrayLike, test_var: ArrayLike, n: ArrayLike
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The ``INTERVAL_LEVEL`` (90%) t interval of the effect, elementwise, as
+    :func:`decide` draws it: ``(low, high, se, dof)``."""
+    from scipy import stats
+
+    e, sv, tv, k = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.float64) for a in (estimate, seed_var, test_var, n))
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        seed_part = sv / k
+        var = seed_part + tv
+        se = np.sqrt(var)
+        dof = np.where(seed_part > 0, var**2 * (k - 1) / seed_part**2, np.inf)
+        half = stats.t.ppf(1 - ALPHA, dof) * se
+    return e - half, e + half, se, dof
+
+
+@dataclass(frozen=True)
+class SeedsRange:
+    """The ``n`` 80% power needs over the effect's 90% interval, elementwise.
+
+    ``low``: the smallest (``inf`` where no effect in the interval is reached by
+    ``MAX_SEEDS``); ``high``: the largest (``inf`` where the interval reaches the bound or
+    it lies beyond ``MAX_SEEDS``); ``reaches_bound``: the interval holds the bound, where no
+    ``n`` decides (for a claim :func:`decide` leaves undecided, always).
+    """
+
+    low: FloatArray
+    high: FloatArray
+    reaches_bound: BoolArray
+
+
+def seeds_range(
+    estimate: ArrayLike,
+    seed_var: ArrayLike,
+    test_var: ArrayLike,
+    n: ArrayLike,
+    direction: Direction,
+    bound: float,
+    test_scale: float = 1.0,
+) -> SeedsRange:
+    """:class:`SeedsRange` of effects ``estimate`` measured with seed variance ``s^2`` and
+    shared test variance ``v`` over ``n`` seeds, the seeds planned at ``test_scale`` (test
+    rows then / test rows now).
+
+    ``n(effect)`` falls with the effect's distance from the bound (for ``within``: from the
+    nearer end of the margin, inside fastest at 0), so over an interval it is smallest at an
+    end or at 0 and largest at an end, or unbounded where the interval holds the bound.
+    """
+    e, sv, tv, k = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.float64) for a in (estimate, seed_var, test_var, n))
+    )
+    low, high = effect_interval(e, sv, tv, k)[:2]
+    needs = partial(
+        seeds_for_power,
+        seed_var=sv,
+        test_var=tv,
+        direction=direction,
+        bound=bound,
+        test_scale=test_scale,
+    )
+    at_low, at_high = needs(low), needs(high)
+    smallest = np.minimum(at_low, at_high)
+    reaches = (low <= bound) & (bound <= high)
+    if direction == "within":
+        across_zero = (low < 0) & (high > 0)
+        smallest = np.where(across_zero, np.minimum(smallest, needs(np.zeros(e.shape))), smallest)
+        reaches |= (low <= -bound) & (-bound <= high)
+    largest = np.where(reaches, math.inf, np.maximum(at_low, at_high))
+    return SeedsRange(smallest, largest, reaches)
+
+
+def expected_power(
+    estimate: ArrayLike,
+    seed_var: ArrayLike,
+    test_var: ArrayLike,
+    n_now: ArrayLike,
+    n: ArrayLike,
+    direction: Direction,
+    bound: float,
+    test_scale: float = 1.0,
+    points: int = 128,
+) -> FloatArray:
+    """Elementwise, the chance that ``n`` seeds (at ``test_scale``) decide the claim: the
+    power at ``n`` averaged over the effect's uncertainty, the effect drawn from its t
+    distribution around ``estimate`` (today's SE and degrees of freedom over ``n_now``
+    seeds; "assurance", the power the planned ``n`` buys when the effect is not known).
+    A midpoint rule over ``points`` quantiles."""
+    from scipy import stats
+
+    e, sv, tv, k, m = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.float64) for a in (estimate, seed_var, test_var, n_now, n))
+    )
+    _, _, se, dof = effect_interval(e, sv, tv, k)
+    q = (np.arange(points) + 0.5) / points
+    effects = e[..., None] + se[..., None] * stats.t.ppf(q, dof[..., None])
+    at = power_array(
+        effects, sv[..., None], tv[..., None], m[..., None], direction, bound, test_scale
+    )
+    return np.asarray(at.mean(axis=-1), dtype=np.float64)
 
 
 @dataclass(frozen=True)
 class Plan:
     """What 80% power needs at the planning effect: ``seeds`` at today's test rows (None
-    where no number of seeds reaches it), or else ``test_rows`` at ``seeds_with_rows``."""
+    where no number of seeds reaches it), or else ``test_rows`` at ``seeds_with_rows``.
+
+    With the point figure's uncertainty (:func:`plan` fills these; a Plan without them
+    prints the point alone): ``seeds_low``/``seeds_high``, the ``level`` (90%) interval of
+    the seeds needed over the effect's interval, at the plan's test rows (``seeds_low``
+    None: even the easiest effect in it needs more than ``MAX_SEEDS``; ``seeds_high`` None:
+    unbounded or beyond ``MAX_SEEDS``); ``reaches_bound``: that interval holds the bound, so
+    the claim may stay undecided at any ``n``; ``decide_chance``: the chance that running
+    to the point ``n`` decides the claim, averaged over the effect's uncertainty
+    (:func:`expected_power`).
+    """
 
     power_now: float
     seeds: int | None
     test_rows: int | None = None
     seeds_with_rows: int | None = None
+    seeds_low: int | None = None
+    seeds_high: int | None = None
+    reaches_bound: bool = False
+    decide_chance: float = math.nan
+    level: float = INTERVAL_LEVEL
+
+    @property
+    def planned_seeds(self) -> int | None:
+        """The point ``n``: ``seeds``, or ``seeds_with_rows`` where test rows are planned."""
+        return self.seeds if self.seeds is not None else self.seeds_with_rows
+
+    def interval_text(self) -> str:
+        """``[90% CI 7–∞]`` (the bound inside the effect's interval), ``[90% CI 12–75]``, or
+        ``[90% CI 12–1000+]`` (beyond ``MAX_SEEDS``); empty without an interval."""
+        if self.seeds_low is None:
+            return ""
+        high = (
+            "∞"
+            if self.reaches_bound
+            else f"{MAX_SEEDS}+"
+            if self.seeds_high is None
+            else f"{self.seeds_high}"
+        )
+        return f"[{self.level:.0%} CI {self.seeds_low}–{high}]"
 
     def text(self) -> str:
+        """``needs n≈27 [90% CI 7–∞], 69% to decide at n=27`` (the interval's upper end ∞:
+        the claim may stay undecided at any n); ``needs n=28`` for a Plan without an
+        interval; ``and 40,000 test rows`` where seeds alone cannot do it."""
+        interval = self.interval_text()
+        mark = "≈" if interval else "="
         if self.seeds is not None:
-            return f"needs n={self.seeds}"
-        if self.test_rows is not None:
-            return f"needs n={self.seeds_with_rows} and {self.test_rows:,} test rows"
-        return f"needs n>{MAX_SEEDS}"
+            head = f"needs n{mark}{self.seeds}"
+        elif self.test_rows is not None:
+            head = f"needs n{mark}{self.seeds_with_rows} and {self.test_rows:,} test rows"
+        else:
+            head = f"needs n>{MAX_SEEDS}"
+        if not interval:
+            return head
+        if self.planned_seeds is None or math.isnan(self.decide_chance):
+            return f"{head} {interval}"
+        chance = f"{self.decide_chance:.0%} to decide at n={self.planned_seeds}"
+        return f"{head} {interval}, {chance}"
 
 
 def plan(effect: float, noise: Noise, direction: Direction, bound: float) -> Plan:
-    """Seeds (and, where seeds cannot, test rows) for ``POWER`` at the observed ``effect``."""
+    """Seeds (and, where seeds cannot, test rows) for ``POWER`` at the observed ``effect``,
+    with the interval of that figure over the effect's 90% interval and the chance that the
+    point figure decides (:class:`Plan`)."""
     now = power(effect, noise, direction, bound)
     seeds = _smallest_n(lambda k: power(effect, noise, direction, bound, k))
     if seeds is not None or noise.test_var <= 0 or noise.test_rows <= 0:
-        return Plan(now, seeds)
+        return _with_uncertainty(Plan(now, seeds), effect, noise, direction, bound, 1.0)
     for factor in (2, 4, 8, 16, 32, 64, 128):
         scale = 1.0 / factor
         found = _smallest_n(partial(power, effect, noise, direction, bound, test_scale=scale))
         if found is not None:
-            return Plan(now, None, noise.test_rows * factor, found)
-    return Plan(now, None)
+            rows = Plan(now, None, noise.test_rows * factor, found)
+            return _with_uncertainty(rows, effect, noise, direction, bound, scale)
+    return _with_uncertainty(Plan(now, None), effect, noise, direction, bound, 1.0)
+
+
+def _with_uncertainty(
+    point: Plan, effect: float, noise: Noise, direction: Direction, bound: float, scale: float
+) -> Plan:
+    """``point`` with its :class:`SeedsRange` and the chance the point ``n`` decides, at
+    test scale ``scale``; unchanged where the noise cannot give an interval."""
+    if noise.n < 2 or not noise.variance() > 0 or math.isnan(effect):
+        return point
+    found = seeds_range(
+        effect, noise.seed_var, noise.test_var, noise.n, direction, bound, test_scale=scale
+    )
+    low, high = float(found.low), float(found.high)
+    chance = math.nan
+    if point.planned_seeds is not None:
+        chance = float(
+            expected_power(
+                effect,
+                noise.seed_var,
+                noise.test_var,
+                noise.n,
+                point.planned_seeds,
+                direction,
+                bound,
+                test_scale=scale,
+            )
+        )
+    return replace(
+        point,
+        seeds_low=int(low) if math.isfinite(low) else None,
+        seeds_high=int(high) if math.isfinite(high) else None,
+        reaches_bound=bool(found.reaches_bound),
+        decide_chance=chance,
+    )
 
 
 def _smallest_n(power_at: Callable[[int], float]) -> int | None:
@@ -306,7 +566,8 @@ class Comparison:
     """How ``A`` compares with ``B`` on one metric by the rule above.
 
     ``label``: ``A better`` / ``B better`` (by more than the margin, one-sided at 5%),
-    ``same within margin`` (TOST), ``underpowered (needs n=...)`` or ``not measurable``.
+    ``same within margin`` (TOST), ``underpowered (needs n≈...)`` (:meth:`Plan.text`) or
+    ``not measurable``.
     ``test``: the test on ``A - B`` that decided (the superiority test when none did).
     """
 

@@ -71,7 +71,7 @@ def test_compare_verdicts_follow_the_paired_interval() -> None:
     assert same.loc["test_auc", "verdict"] == "same within margin"
     noisy = [_result(s, 0.80 + d) for s, d in enumerate([0.003, -0.002, 0.0])]
     undecided = compare(a, noisy).set_index("metric").loc["test_auc", "verdict"]
-    assert undecided.startswith("underpowered (needs n=")
+    assert undecided.startswith("underpowered (needs n≈")
 
 
 def test_compare_adds_the_test_sets_noise_from_kept_predictions(tmp_path: Path) -> None:

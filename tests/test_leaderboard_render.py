@@ -291,7 +291,7 @@ def test_unverified_entries_never_rank_first_and_ties_are_marked() -> None:
         item.sub.submitter: {c.key: cell.text for c, cell in row}
         for item, row in zip(criteo.items, board_rows(criteo), strict=True)
     }
-    assert rows["Close"]["versus"].startswith(("tie (p", "undecided (needs n="))
+    assert rows["Close"]["versus"].startswith(("tie (p", "undecided (needs n≈"))
     table = gfm_tables(render_markdown(items))[1]
     top = dict(zip(table[0], table[1], strict=True))
     assert (top["\\#"], top["Submitter"], top["Status"]) == ("1", "Ada", "verified")

@@ -64,6 +64,8 @@ SPEC = {
             "left": "hash_4.test_auc",
             "right": "full.test_auc",
             "margin": 0.001,
+            "form": "equivalence",
+            "quote": "the paper's words",
         },
         {  # structural: the regime profile leaves it (and its run hash_8) out
             "id": "hash-8-bytes",

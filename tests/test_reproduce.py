@@ -28,6 +28,8 @@ def figures(**runs: list[float]) -> dict:
 
 
 def claim(kind: str, left: object, right: object, **extra: object) -> Claim:
+    form = "equivalence" if kind == "within" else "superiority"
+    extra = {"form": form, "quote": "the paper's words", **extra}
     return Claim(id="c", text="t", kind=kind, left=left, right=right, **extra)
 
 
@@ -95,7 +97,9 @@ def test_the_modelled_all_to_all_speedup_adds_codec_time_to_wire_time() -> None:
     figs = {"lossy": {0: run, 1: slow}}
     operand = {"alltoall_speedup": ["lossy", "25"]}
     assert resolve(operand, figs, [0, 1]) == pytest.approx([4.0, 0.1])
-    claim = Claim(id="c", text="t", kind="at_least", left=operand, right=1.38)
+    claim = Claim(
+        id="c", text="t", kind="at_least", left=operand, right=1.38, form="superiority", quote="q"
+    )
     assert claim.references() == [
         "lossy.comm_raw_bytes",
         "lossy.comm_wire_bytes",
@@ -183,17 +187,29 @@ def test_wukong_families_span_two_orders_of_magnitude_with_five_sizes() -> None:
 def test_curve_claims_expand_over_their_points() -> None:
     spec = load_spec("qr")
     ids = [c.id for c in spec.claims]
-    expanded = [i for i in ids if i.startswith("qr-above-hash-") and "init" not in i]
+    expanded = [
+        i for i in ids if i.startswith("qr-above-hash-") and "init" not in i and "suite" not in i
+    ]
     assert [f"qr-above-hash-{b}" for b in (2, 4, 8, 16)] == expanded
     c = next(c for c in spec.claims if c.id == "qr-above-hash-8")
-    assert (c.left, c.right, c.margin) == ("qr_8.test_auc", "hash_8.test_auc", 0.001)
+    # the paper's form: QR beats hashing, no margin; the suite's 0.001 as its own row
+    assert (c.left, c.right, c.margin, c.form) == (
+        "qr_8.test_auc",
+        "hash_8.test_auc",
+        0.0,
+        "superiority",
+    )
+    bound = next(c for c in spec.claims if c.id == "qr-above-hash-8-suite-bound")
+    assert (bound.margin, bound.bound_of, bound.origin) == (0.001, "qr-above-hash-8", "suite")
+    assert bound.label.endswith("(suite's bound)")
 
 
 def test_bad_spec_names_file_and_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(
         "paper: x\ntitle: t\nprofiles: {quick: {}}\nruns: {a: {}}\n"
-        "claims: [{id: c, text: t, kind: less, left: b.test_auc, right: 1}]\n"
+        "claims: [{id: c, text: t, kind: less, left: b.test_auc, right: 1, form: superiority,"
+        " quote: q}]\n"
     )
     with pytest.raises(ConfigError, match=r"bad.yaml.*claim c: unknown run 'b'"):
         load_spec(path)
@@ -321,13 +337,20 @@ def test_checked_in_quick_report_covers_every_quick_claim() -> None:
     for spec in select_specs(None, "quick"):
         assert f"## {spec.paper}:" in report
         for c in selected_claims(spec, "quick", None):
-            found = [r for r in rows if r[0] in (c.text, f"{c.text} (suite's target)")]
+            found = [r for r in rows if r[0] == c.label]
             assert len(found) == 1, c.id
             assert (
-                found[0][-1]
+                found[0][-2]
                 .strip("*")
                 .startswith(
-                    ("holds", "does not hold", "underpowered", "not testable", "not measurable")
+                    (
+                        "holds",
+                        "does not hold",
+                        "underpowered",
+                        "undecided after Holm",
+                        "not testable",
+                        "not measurable",
+                    )
                 )
             )
 
@@ -399,7 +422,7 @@ def test_an_auc_comparison_reports_delong_on_each_seed(tmp_path: Path) -> None:
     report = (out / "REPORT.md").read_text()
     tables = gfm_tables(report)
     (claims,) = [t for t in tables if t[0][0] == "claim"]
-    assert claims[0][-2] == "DeLong p per seed"
+    assert claims[0][-3:] == ["DeLong p per seed", "verdict (Holm)", "unadjusted"]
     (row,) = claims[1:]
     assert row[0] == next(c.text for c in load_spec("qr").claims if c.id == "qr-above-hash-2")
 
@@ -418,7 +441,7 @@ def test_an_auc_comparison_reports_delong_on_each_seed(tmp_path: Path) -> None:
     from suite.reproduce.report import p_value
 
     cell = ", ".join(p_value(p) for p in expected) + f" ({below}/5 below 0.05)"
-    assert row[-2] == cell
+    assert row[-3] == cell
 
 
 def test_test_set_noise_comes_from_the_runs_predictions_over_all_seeds() -> None:
@@ -612,7 +635,7 @@ def test_a_claim_on_a_timing_is_judged_under_timings_and_counted_apart() -> None
     body, timings = first.split(TIMINGS_HEADING)
     assert texts["int8-serves-more"] not in body and texts["int8-serves-more"] in timings
     assert texts["scm-cheaper-than-dram"] in body and texts["scm-cheaper-than-dram"] not in timings
-    assert "**0 empirical claims: 0 holds, 0 does not hold, 0 underpowered.** " in body
+    assert "**0 empirical claims: 0 holds, 0 does not hold, 0 underpowered.** (Holm" in body
     assert "1 structural claims (exact by construction): 1 holds" in body
     assert "Not counted here: 1 claim(s) on timings, judged under Timings" in body
     assert "1 claims: 1 holds, 0 does not hold" in timings
@@ -626,4 +649,4 @@ def test_a_claim_on_a_timing_is_judged_under_timings_and_counted_apart() -> None
         for r in t
         if r[0] == texts["int8-serves-more"] + " (suite's target)"
     ]
-    assert timed[1] == "memsys" and timed[-1] == "**holds**"
+    assert timed[1] == "memsys" and timed[-2:] == ["**holds**", "same"]

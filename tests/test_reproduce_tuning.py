@@ -54,7 +54,15 @@ def spec_data(tuning: dict[str, Any] | None = TUNING) -> dict[str, Any]:
             "qr_2": {"embedding": qr_2},
         },
         "claims": [
-            {"id": "c", "text": "t", "kind": "greater", "left": "qr_4.test_auc", "right": 0.5}
+            {
+                "id": "c",
+                "text": "t",
+                "kind": "greater",
+                "left": "qr_4.test_auc",
+                "right": 0.5,
+                "form": "superiority",
+                "quote": "q",
+            }
         ],
     }
 

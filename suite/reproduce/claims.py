@@ -61,6 +61,9 @@ or None if the run kept none."""
 
 UNDERPOWERED = "underpowered"
 NOT_TESTABLE = "not testable at this scale"
+DECIDED = ("holds", "does not hold")
+AFTER_HOLM = "undecided after Holm"
+"""A verdict one test decides but Holm's correction over the report's claims does not."""
 
 
 @dataclass(frozen=True)
@@ -249,10 +252,26 @@ class ClaimOutcome:
     """Runs the claim rests on whose validation AUC was still rising when they stopped."""
 
     @property
+    def adjusted(self) -> str:
+        """The verdict after Holm's correction over the report's family: a decided verdict
+        whose Holm p is not below ``ALPHA`` reads :data:`AFTER_HOLM` (the unadjusted one
+        is :attr:`verdict`; a claim outside the family, with no Holm p, keeps it)."""
+        if self.verdict in DECIDED and not math.isnan(self.holm_p) and self.holm_p >= ALPHA:
+            return AFTER_HOLM
+        return self.verdict
+
+    @property
     def label(self) -> str:
-        """The verdict as the report prints it."""
-        text = self.verdict
-        if self.verdict == UNDERPOWERED and self.plan is not None:
+        """The Holm-decided verdict as the report prints it (:attr:`adjusted`)."""
+        return self._label(self.adjusted)
+
+    @property
+    def unadjusted_label(self) -> str:
+        """The verdict before Holm's correction, as the report prints it."""
+        return self._label(self.verdict)
+
+    def _label(self, text: str) -> str:
+        if text == UNDERPOWERED and self.plan is not None:
             text = f"{UNDERPOWERED} ({self.plan.text()})"
         return f"{text} †" if self.unconverged else text
 
@@ -368,8 +387,12 @@ def shared_note(pairs: int, seeds: int) -> str:
 
 def bound_of(claim: Claim, direction: str) -> float:
     """The bound the claim's figure ``d`` (a paired difference, or a value minus its target)
-    is tested against: ``margin``, or ``-margin`` for ``less``."""
-    return -claim.margin if direction == "less" else claim.margin
+    is tested against: ``margin``, or ``-margin`` for ``less``; for a non-inferiority claim
+    the loss it tolerates, ``-margin`` (``+margin`` for ``less``: lower is better)."""
+    sign = -1.0 if direction == "less" else 1.0
+    if claim.form == "non_inferiority":
+        sign = -sign
+    return sign * claim.margin
 
 
 def evaluate(claim: Claim, figures: SeedFigures, noise: NoiseLookup | None = None) -> ClaimOutcome:
@@ -385,6 +408,11 @@ def evaluate(claim: Claim, figures: SeedFigures, noise: NoiseLookup | None = Non
     if np.isnan(left).any() or (right is not None and np.isnan(right).any()) or len(seeds) < 2:
         return _unmeasured(claim, seeds, "a figure is missing or fewer than two seeds", target)
     values = left - (right if right is not None else target)
+    small = too_small(claim, figures, seeds)
+    if small:
+        return replace(_unmeasured(claim, seeds, small, target), verdict=NOT_TESTABLE)
+    if claim.basis == "structural":
+        return _structural(claim, values, left, right, target)
     pairs, note = claim_test_noise(claim, noise, seeds)
     if pairs and not note:
         note = shared_note(pairs[0].shared_pairs, len(seeds))
@@ -413,10 +441,66 @@ def evaluate(claim: Claim, figures: SeedFigures, noise: NoiseLookup | None = Non
     )
 
 
+def too_small(claim: Claim, figures: SeedFigures, seeds: list[int]) -> str:
+    """Why the claim's object is too small here to mean what the paper means (its
+    ``testable_if`` figure below its floor, as a mean over ``seeds``), or ""."""
+    gate = claim.testable_if
+    if gate is None:
+        return ""
+    value = float(np.nanmean(resolve(gate.figure, figures, seeds)))
+    if value >= gate.at_least:
+        return ""
+    return f"{gate.figure} is {value:,.6g} here, below {gate.at_least:,.6g}: {gate.why}"
+
+
+def _structural(
+    claim: Claim,
+    values: np.ndarray,
+    left: np.ndarray,
+    right: np.ndarray | None,
+    target: float | None,
+) -> ClaimOutcome:
+    """A structural claim (its figure set by the configuration) judged on the figure's mean
+    over seeds as an exact value: no seed statistics, the seeds' spread in the note where
+    the figure differs between seeds."""
+    direction = DIRECTION[claim.kind]
+    mean = float(values.mean())
+    exact = noise_of([mean, mean])
+    test = decide(mean, exact, direction, bound_of(claim, direction))  # type: ignore[arg-type]
+    spread = float(values.max() - values.min())
+    note = (
+        f"structural: judged on the mean over {len(values)} seeds as exact (the figure ranges "
+        f"{spread:.3g} over seeds)"
+        if spread > 0
+        else ""
+    )
+    n = len(values)
+
+    def exact_interval(x: np.ndarray) -> Interval:
+        m = float(x.mean())
+        return Interval(m, m, m, n)
+
+    return ClaimOutcome(
+        claim,
+        test.decision if test.decision != "undecided" else UNDERPOWERED,
+        exact_interval(left),
+        exact_interval(right) if right is not None else None,
+        exact_interval(values) if right is not None else None,
+        test.p,
+        target,
+        note=note,
+        test=test,
+        shifted=None if right is not None else exact_interval(values),
+    )
+
+
 def judged(
     claim: Claim, test: Test, found: Noise, direction: str, bound: float
 ) -> tuple[str, Plan | None]:
-    """The verdict's words and, for an undecided claim, what deciding it would need."""
+    """The verdict's words and, for an undecided claim, what deciding it would need: the
+    seeds for 80% power at the observed effect with their 90% interval over the effect's
+    interval and the chance that the point figure decides (:class:`~suite.decisions.Plan`;
+    the label reads ``underpowered (needs n≈27 [90% CI 7–∞], 69% to decide at n=27)``)."""
     if test.decision in ("holds", "does not hold", "not measurable"):
         return test.decision, None
     p = plan(test.estimate, found, direction, bound)  # type: ignore[arg-type]
@@ -424,17 +508,16 @@ def judged(
 
 
 def _interval_verdict(ci: Interval, direction: str, bound: float, fallback: str) -> str:
-    """A bootstrap claim's verdict from where its 90% interval lies (one-sided 5% tests)."""
-    if math.isnan(ci.low):
-        return "not measurable"
-    if direction == "within":
-        inside = -bound <= ci.low and ci.high <= bound
-        outside = ci.low > bound or ci.high < -bound
-    elif direction == "greater":
-        inside, outside = ci.low > bound, ci.high < bound
-    else:
-        inside, outside = ci.high < bound, ci.low > bound
-    return "holds" if inside else "does not hold" if outside else fallback
+    """A bootstrap claim's verdict from where its 90% interval lies (one-sided 5% tests)
+    against the signed ``bound`` (:func:`bound_of`); ``fallback`` where it decides nothing."""
+    within = direction == "within"
+    found = interval_verdict(
+        ci,
+        direction,
+        margin=bound if within else 0.0,
+        target=0.0 if within else bound,  # type: ignore[arg-type]
+    )
+    return fallback if found == "inconclusive" else found
 
 
 def _unmeasured(
@@ -492,13 +575,22 @@ def _bootstrap_p(draws: np.ndarray) -> float:
     return float(min(1.0, 2 * min((draws <= 0).mean(), (draws >= 0).mean())))
 
 
-def _percentile(centre: float, draws: np.ndarray, n: int) -> Interval:
-    """Percentile interval of bootstrap ``draws`` over ``n`` seeds."""
+def _one_sided_p(draws: np.ndarray) -> float:
+    """One-sided bootstrap p of ``draws`` on the side their centre lies (the side a
+    verdict could reach at ``ALPHA`` from their 90% interval)."""
+    draws = draws[np.isfinite(draws)]
+    if len(draws) == 0:
+        return math.nan
+    return float(min((draws <= 0).mean(), (draws >= 0).mean()))
+
+
+def _percentile(centre: float, draws: np.ndarray, n: int, level: float = LEVEL) -> Interval:
+    """Percentile interval (``level``) of bootstrap ``draws`` over ``n`` seeds."""
     draws = draws[np.isfinite(draws)]
     if len(draws) < 2:
         return _nan_interval(n)
-    low, high = np.quantile(draws, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return Interval(centre, float(low), float(high), n)
+    low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(centre, float(low), float(high), n, level)
 
 
 def evaluate_scaling(
@@ -531,24 +623,27 @@ def evaluate_scaling(
         return outcome, fits
     paired = len(left.replicates) == len(right.replicates)
     if claim.kind == "exponent_greater":
+        # the paired bootstrap difference of the exponents, one-sided at ALPHA (its 90%
+        # interval), not two 95% intervals apart (about alpha 0.006)
         draws = left.replicates[:, 2] - right.replicates[:, 2] if paired else np.array([])
-        difference = _percentile(left.fit.b - right.fit.b, draws, len(seeds))
-        lo, hi = left.exponent, right.exponent
-        result: str = (
-            "holds" if lo.low > hi.high else "does not hold" if lo.high < hi.low else UNDERPOWERED
-        )
+        difference = _percentile(left.fit.b - right.fit.b, draws, len(seeds), 1 - 2 * ALPHA)
+        result: str = interval_verdict(difference, "greater", 0.0)
+        result = UNDERPOWERED if result == "inconclusive" else result
         return ClaimOutcome(
-            claim, result, lo, hi, difference, _bootstrap_p(draws), None, note
-        ), fits
+            claim, result, left.exponent, right.exponent, difference, _one_sided_p(draws), None,
+            note,
+        ), fits  # fmt: skip
     at = float(min(points[names[0]].compute.max(), points[names[1]].compute.max()))
     left_at, right_at = left.predict_interval(at), right.predict_interval(at)
     draws = _predictions(left.replicates, at) - _predictions(right.replicates, at) if paired else []
-    difference = _percentile(left_at.mean - right_at.mean, np.asarray(draws), len(seeds))
+    difference = _percentile(
+        left_at.mean - right_at.mean, np.asarray(draws), len(seeds), 1 - 2 * ALPHA
+    )
     result = interval_verdict(difference, "less", claim.margin)
     result = UNDERPOWERED if result == "inconclusive" else result
     note = f"at C = {at:.3g} FLOPs; " + note
     return (
-        ClaimOutcome(claim, result, left_at, right_at, difference, _bootstrap_p(np.asarray(draws)), None, note),
+        ClaimOutcome(claim, result, left_at, right_at, difference, _one_sided_p(np.asarray(draws)), None, note),
         fits,
     )  # fmt: skip
 
@@ -569,6 +664,9 @@ def describe(claim: Claim) -> str:
         return str(operand)
 
     left, right, m = name(claim.left), name(claim.right), claim.margin
+    if claim.form == "non_inferiority":
+        d = f"{left} - {right}"
+        return f"{d} > -{m:g}" if claim.kind == "greater" else f"{d} < {m:g}"
     if claim.kind == "exponent_greater":
         return f"CI of b({left}) above CI of b({right}), {claim.metric} = L∞ + a·C^-b"
     if claim.kind == "less_at_compute":

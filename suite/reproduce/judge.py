@@ -9,6 +9,8 @@ from dataclasses import replace
 import numpy as np
 
 from suite.reproduce.claims import (
+    NOT_TESTABLE,
+    ClaimOutcome,
     NoiseLookup,
     PairNoise,
     SeedFigures,
@@ -61,6 +63,15 @@ class NoiseBook:
             self._components.popitem(last=False)
         return found
 
+    def stored_entry(self, hashes: tuple[str, str], seed: int) -> PairNoise | None:
+        """The stored entry of a pair under one seed, in either order: the noise of
+        ``AUC(a) - AUC(b)`` is that of ``AUC(b) - AUC(a)`` (variance, covariances and the
+        two-sided p alike), so a claim that turned its sides round finds it."""
+        found = self.stored.get((*hashes, seed))
+        if found is None and hashes[1]:
+            found = self.stored.get((hashes[1], hashes[0], seed))
+        return found
+
     def lookup(self, runs: dict[str, SeededRun]) -> NoiseLookup:
         """A :data:`NoiseLookup` over one paper's runs (run id -> record)."""
 
@@ -87,7 +98,7 @@ class NoiseBook:
                 found = {}
                 for seed in seeds:
                     new = (computed or {}).get(seed)
-                    entry = merge_noise(self.stored.get((*hashes, seed)), new)
+                    entry = merge_noise(self.stored_entry(hashes, seed), new)
                     if entry is not None:
                         found[seed] = self.entries[(*hashes, seed)] = entry
                 self._merged[key] = found
@@ -147,7 +158,7 @@ def judge(
         if claim.families():
             outcome, found = evaluate_scaling(claim, families, figures, cache)
             fits.update(found)
-            claims.append(outcome)
+            claims.append(fit_on_improving(outcome, families, runs))
         else:
             outcome = evaluate(claim, figures, noise)
             claims.append(replace(outcome, timing=is_timing(claim, runs)))
@@ -155,6 +166,28 @@ def judge(
         run: why for (paper, run), why in plan.unreachable.items() if paper == spec.paper
     }
     return PaperOutcome(spec, plan.profile, runs, claims, fits, noise, unreachable)
+
+
+def fit_on_improving(
+    outcome: ClaimOutcome, families: dict[str, list[str]], runs: dict[str, SeededRun]
+) -> ClaimOutcome:
+    """A scaling claim whose fit rests on runs still improving when they stopped reads
+    ``not testable at this scale``: their figures are not the sizes' converged losses a
+    scaling law fits."""
+    members = [f"{f}/{m}" for f in outcome.claim.families() for m in families.get(f, [])]
+    rising = [m for m in members if m in runs and still_rising(runs[m])]
+    if not rising or outcome.verdict == "not measurable":
+        return outcome
+    why = (
+        f"fit on runs still improving when they stopped ({len(rising)} of {len(members)} "
+        "sizes' validation AUC still rising): not the converged losses a scaling law fits"
+    )
+    return replace(outcome, verdict=NOT_TESTABLE, note=f"{why}; {outcome.note}")
+
+
+def still_rising(rec: SeededRun) -> bool:
+    """Whether any seed of the run was still improving when it stopped."""
+    return any(bool(r.details.get("still_improving")) for r in rec.results.values())
 
 
 def is_timing(claim: Claim, runs: dict[str, SeededRun]) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from suite.environment import environment
 from suite.figures import save_figure
-from suite.reproduce.claims import ClaimOutcome, describe
+from suite.reproduce.claims import DIRECTION, ClaimOutcome, bound_of, describe
 from suite.reproduce.outcome import training_wall_s
 from suite.reproduce.regime_runs import RegimeOutcome, across, claim_grid, empirical_claim_ids
 from suite.reproduce.regime_stats import REFERENCES
@@ -45,7 +45,7 @@ def verdict_rows(outcomes: list[RegimeOutcome]) -> list[dict[str, str]]:
         row = {"paper": paper, "claim": claim_text(first), "test": describe(first.claim)}
         for regime in outcomes:
             row[regime.name] = verdict_cell(by.get(regime.name))
-        verdicts = {r.name: by[r.name].verdict if r.name in by else "missing" for r in outcomes}
+        verdicts = {r.name: by[r.name].adjusted if r.name in by else "missing" for r in outcomes}
         row["across regimes"] = across(verdicts)
         rows.append(row)
     return rows
@@ -55,7 +55,7 @@ def across_counts(outcomes: list[RegimeOutcome]) -> Counter:
     """How many claims hold in every regime, change, or are not decided somewhere."""
     counts: Counter = Counter()
     for _, _, by in claim_grid(outcomes):
-        verdicts = {r.name: by[r.name].verdict if r.name in by else "missing" for r in outcomes}
+        verdicts = {r.name: by[r.name].adjusted if r.name in by else "missing" for r in outcomes}
         text = across(verdicts)
         if text.startswith("changes"):
             counts["changes"] += 1
@@ -127,9 +127,11 @@ def draw_regime_plot(outcomes: list[RegimeOutcome], out_dir: Path) -> list[str]:
     for i, (_, by) in enumerate(grid):  # the claim's margin, where it has one
         claim = next(iter(by.values())).claim
         if claim.comparative and claim.margin:
-            sides = {"greater": [1], "less": [-1], "within": [-1, 1]}.get(claim.kind, [])
-            for side in sides:
-                ax.plot([side * claim.margin] * 2, [i + 0.05, i + 0.95], color="0.3", ls=":")
+            bounds = [bound_of(claim, DIRECTION[claim.kind])]
+            if claim.kind == "within":
+                bounds = [-claim.margin, claim.margin]
+            for bound in bounds:
+                ax.plot([bound] * 2, [i + 0.05, i + 0.95], color="0.3", ls=":")
     ax.axvline(0.0, color="0.6", lw=0.8)
     ax.set_yticks([i + 0.5 for i in range(len(grid))], [cid for cid, _ in grid], fontsize=7)
     ax.invert_yaxis()
@@ -162,8 +164,8 @@ def render_regime_report(
     outcomes: list[RegimeOutcome], plots: list[str], command: str, report_dir: Path | None
 ) -> str:
     """The regime profile's Markdown: regimes, verdicts across them, then each regime."""
+    apply_holm(*(regime.reproduction for regime in outcomes))  # one family: every regime's
     for regime in outcomes:
-        apply_holm(regime.reproduction)
         mark_unconverged(regime.reproduction)
     env = environment("cpu")
     first = outcomes[0].reproduction
@@ -202,8 +204,10 @@ def render_regime_report(
         "(`suite/reproductions/tuned/*.standard.yaml`), unchanged in every regime: no regime "
         "is tuned on its own. Verdicts are decided as in the standard report (`suite.decisions`: "
         "seeds' spread plus the test set's DeLong variance, one-sided tests at 5%, TOST at 90% "
-        "for `within`, `underpowered` with the n it needs); Holm's correction runs over each "
-        "regime's empirical claims. A cell reads `verdict: tested figure [90% CI]`. The last "
+        "for `within`, `underpowered` with the n it needs); Holm's correction runs over every "
+        "regime's empirical claims as one family, and every cell and the last column read "
+        "the Holm-decided verdicts (`undecided after Holm` where the adjusted p is not below "
+        "0.05). A cell reads `verdict: tested figure [90% CI]`. The last "
         "column: `holds in every regime` (or `does not hold in every regime`) where every "
         "regime decides alike, `changes (...)` where two decided verdicts differ, `not decided "
         "in ...` where a regime's test decides nothing.",

@@ -20,12 +20,18 @@ from typing import Any
 from suite import units
 from suite.config import RunConfig
 from suite.data.source import get_prepared
-from suite.decisions import ALPHA, holm
+from suite.decisions import holm
 from suite.environment import environment
 from suite.figures import label
 from suite.fileio import write_text_atomic
 from suite.registry import EMBEDDINGS
-from suite.reproduce.claims import NOT_TESTABLE, UNDERPOWERED, ClaimOutcome, describe
+from suite.reproduce.claims import (
+    AFTER_HOLM,
+    NOT_TESTABLE,
+    UNDERPOWERED,
+    ClaimOutcome,
+    describe,
+)
 from suite.reproduce.curve import (
     APART,
     curve_data,
@@ -45,7 +51,7 @@ from suite.reproduce.regime_stats import regime_rows
 from suite.stats import Interval, ScalingFit, mean_ci
 
 TIMINGS_HEADING = "## Timings (machine-dependent)"
-VERDICTS = ("holds", "does not hold", UNDERPOWERED, NOT_TESTABLE, "not measurable")
+VERDICTS = ("holds", "does not hold", UNDERPOWERED, AFTER_HOLM, NOT_TESTABLE, "not measurable")
 DELONG_ALPHA = 0.05
 
 
@@ -117,9 +123,9 @@ def delong_cell(outcome: ClaimOutcome) -> str:
 
 
 def claim_text(outcome: ClaimOutcome) -> str:
-    """The claim's words, with ``(suite's target)`` where the bound is not the paper's."""
-    c = outcome.claim
-    return f"{c.text} (suite's target)" if c.origin == "suite" else c.text
+    """The claim's words, with ``(suite's target)`` where the bound is not the paper's and
+    ``(suite's bound)`` on the suite's stricter form of a paper's claim."""
+    return outcome.claim.label
 
 
 def se_cell(outcome: ClaimOutcome) -> str:
@@ -136,6 +142,8 @@ def se_cell(outcome: ClaimOutcome) -> str:
 
 
 def power_cell(outcome: ClaimOutcome) -> str:
+    """An undecided claim's power now; the n it needs, that n's 90% interval and the chance
+    that n decides are in its verdict (:meth:`~suite.decisions.Plan.text`)."""
     if outcome.plan is None:
         return "—"
     return f"{outcome.plan.power_now:.2f}"
@@ -165,7 +173,8 @@ def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
         "Holm p": p_value(outcome.holm_p),
         "power": power_cell(outcome),
         "DeLong p per seed": delong_cell(outcome),
-        "verdict": f"**{outcome.label}**",
+        "verdict (Holm)": f"**{outcome.label}**",
+        "unadjusted": outcome.unadjusted_label if outcome.adjusted != outcome.verdict else "same",
     }
 
 
@@ -237,59 +246,85 @@ def fit_row(family: str, outcome: PaperOutcome, fit: ScalingFit) -> dict[str, st
 
 
 def summary_counts(
-    reproduction: Reproduction, timing: bool = False, basis: str | None = None
+    reproduction: Reproduction,
+    timing: bool = False,
+    basis: str | None = None,
+    bounds: bool = False,
+    adjusted: bool = True,
 ) -> Counter:
     """Verdicts of the claims on machine-independent figures (``timing``: of the claims
-    on timings instead, which the report judges under Timings), of one ``basis`` if given."""
+    on timings instead, which the report judges under Timings), of one ``basis`` if given:
+    the paper's claims, or with ``bounds`` the suite's stricter bounds of them; Holm-decided
+    (:attr:`ClaimOutcome.adjusted`) unless ``adjusted`` is false."""
     return Counter(
-        c.verdict
+        c.adjusted if adjusted else c.verdict
         for p in reproduction.papers
         for c in p.claims
-        if c.timing == timing and (basis is None or c.claim.basis == basis)
+        if c.timing == timing
+        and (basis is None or c.claim.basis == basis)
+        and (c.claim.bound_of is not None) == bounds
+    )
+
+
+def verdict_parts(counts: Counter) -> str:
+    """``9 holds, 2 does not hold, ...``: each verdict's count, the first three always."""
+    return ", ".join(
+        f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v) or v in VERDICTS[:3]
     )
 
 
 def counts_text(counts: Counter, what: str = "claims") -> str:
-    parts = ", ".join(
-        f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v) or v in VERDICTS[:3]
-    )
-    return f"{sum(counts.values())} {what}: {parts}."
+    return f"{sum(counts.values())} {what}: {verdict_parts(counts)}."
 
 
-def empirical(reproduction: Reproduction) -> list[ClaimOutcome]:
-    """The claims training decides: empirical, not on timings, not scaling fits' gates."""
+def empirical(reproduction: Reproduction, bounds: bool = False) -> list[ClaimOutcome]:
+    """The claims training decides: empirical, not on timings; the paper's forms (and the
+    suite's own targets), or with ``bounds`` the suite's stricter bounds of the paper's."""
     return [
         c
         for p in reproduction.papers
         for c in p.claims
-        if not c.timing and c.claim.basis == "empirical"
+        if not c.timing
+        and c.claim.basis == "empirical"
+        and (c.claim.bound_of is not None) == bounds
     ]
 
 
-def apply_holm(reproduction: Reproduction) -> None:
-    """Holm's correction over the empirical claims' deciding p-values, set on each outcome."""
-    claims = empirical(reproduction)
+def apply_holm(*reproductions: Reproduction) -> None:
+    """Holm's correction of the deciding p-values, set on each outcome, over one family:
+    the empirical claims of all ``reproductions`` (one report's, or every regime's). The
+    suite's bounds are adjusted in that family with themselves added, and take no part in
+    the paper's claims' adjustment."""
+    claims = [c for r in reproductions for c in empirical(r)]
+    bounds = [c for r in reproductions for c in empirical(r, bounds=True)]
     adjusted = dict(zip(map(id, claims), holm([c.p_value for c in claims]), strict=True))
-    for paper in reproduction.papers:
-        paper.claims = [
-            replace(c, holm_p=adjusted[id(c)]) if id(c) in adjusted else c for c in paper.claims
-        ]
+    with_bounds = holm([c.p_value for c in claims + bounds])[len(claims) :]
+    adjusted.update(zip(map(id, bounds), with_bounds, strict=True))
+    for r in reproductions:
+        for paper in r.papers:
+            paper.claims = [
+                replace(c, holm_p=adjusted[id(c)]) if id(c) in adjusted else c for c in paper.claims
+            ]
 
 
 def summary_line(reproduction: Reproduction) -> str:
-    """Empirical and structural claims counted apart; claims on timings apart again (their
-    verdicts, in the Timings section, may differ between two runs on one machine); how many
-    of the empirical verdicts survive Holm's correction."""
+    """Empirical claims (Holm-decided, in the paper's form) and structural ones counted
+    apart, with the unadjusted count beside; the suite's stricter bounds apart; claims on
+    timings apart again (their verdicts, in the Timings section, may differ between two
+    runs on one machine)."""
+    family = empirical(reproduction)
     line = (
         f"**{counts_text(summary_counts(reproduction, basis='empirical'), 'empirical claims')}** "
+        f"(Holm-decided over the {len(family)} empirical claims; before the correction: "
+        f"{verdict_parts(summary_counts(reproduction, basis='empirical', adjusted=False))}) "
         f"{counts_text(summary_counts(reproduction, basis='structural'), 'structural claims (exact by construction)')}"
     )
-    decided = [c for c in empirical(reproduction) if c.verdict in ("holds", "does not hold")]
-    if decided:
-        kept = sum(c.holm_p < ALPHA for c in decided)
+    bounds = summary_counts(reproduction, bounds=True)
+    if bounds:
         line += (
-            f" {kept} of the {len(decided)} decided empirical verdicts keep p < {ALPHA} after "
-            f"Holm's correction over all {len(empirical(reproduction))} empirical claims."
+            f" Not counted here: {sum(bounds.values())} stricter bounds of the suite's "
+            f"(`(suite's bound)` rows beside the paper's form of the claim): "
+            f"{verdict_parts(bounds)}."
         )
     rising = [c for c in empirical(reproduction) if c.unconverged]
     if rising:
@@ -336,24 +371,32 @@ def regime_lines(regime: list[dict] | None) -> list[str]:
 
 
 METHOD_TEXT = (
-    "How claims are decided (`suite.decisions`). Each claim tests one figure per seed: a "
-    "paired difference `left - right` (all runs share the seeds) or, for a threshold, the "
-    "value minus its target. Its standard error carries the seeds' spread and, where the "
-    "figure is a test AUC, the test set's own sampling noise: DeLong's covariance of all "
-    "the seeds' runs on the one test set gives the part of it the seeds share, which "
-    "averaging over seeds does not remove, and it is added whole "
+    "How claims are decided (`suite.decisions`). Each claim is tested in its paper's own "
+    "form (`form` in the spec, beside the paper's words): superiority (`greater`/`less`: "
+    "beats by the paper's margin, 0 where it gives none), non-inferiority (\"without "
+    'loss", "comparable": loses at most the margin, `> -0.001`), equivalence (TOST, '
+    "`|d| <= m`) only where the paper claims both directions. Each claim tests one figure "
+    "per seed: a paired difference `left - right` (all runs share the seeds) or, for a "
+    "threshold, the value minus its target. Its standard error carries the seeds' spread "
+    "and, where the figure is a test AUC, the test set's own sampling noise: DeLong's "
+    "covariance of all the seeds' runs on the one test set gives the part of it the seeds "
+    "share, which averaging over seeds does not remove, and it is added whole "
     "(SE² = s²/n + v; Welch-Satterthwaite degrees of freedom). Every test is one-sided at "
     "5%: `holds` when the null that the claim is false is rejected, `does not hold` when "
-    "the null that it holds is; equivalence (`within`) is TOST, the two one-sided tests, "
-    "so both read off the 90% interval shown. Margins are the field's (0.001 AUC) or the "
-    "paper's. A claim neither test decides is `underpowered`, with its power now and the "
-    "seeds (and, where seeds alone cannot, test rows) that 80% power needs at the observed "
-    "effect. `not testable at this scale`: a scaling fit fails its quality gate. p is the "
-    "deciding one-sided p; `Holm p` adjusts it over all empirical claims of the report "
-    "(family-wise 5%). `structural` claims are exact by construction (bytes, budgets, "
-    "plans) and counted apart; `(suite's target)` marks a bound that is this suite's, not "
-    "the paper's. † marks a verdict resting on a run whose validation AUC was still rising "
-    "when it stopped (best at one of its last two validations): not final. Claims on timings (machine-dependent figures) are judged in the Timings "
+    "the null that it holds is, so both read off the 90% interval shown. The verdict "
+    "column and the counts are Holm-decided: a verdict whose deciding p, Holm-adjusted "
+    "over all empirical claims of the report (family-wise 5%), is not below 0.05 reads "
+    "`undecided after Holm`, its unadjusted verdict beside it. A claim neither test "
+    "decides is `underpowered`, with its power now and the seeds (and, where seeds alone "
+    "cannot, test rows) that 80% power needs. `not testable at this scale`: the claim's "
+    "object is too small to mean what the paper means, or a scaling fit fails its quality "
+    "gate; the reason is in the notes. `structural` claims are exact by construction "
+    "(bytes, budgets, plans) and counted apart; `(suite's target)` marks a bound that is "
+    "this suite's, not the paper's; `(suite's bound)` the suite's stricter form of the "
+    "paper's claim above it (a margin the paper does not give, bytes the paper does not "
+    "count), shown and counted apart. † marks a verdict resting on a run whose validation "
+    "AUC was still rising when it stopped (best at one of its last two validations): not "
+    "final. Claims on timings (machine-dependent figures) are judged in the Timings "
     "section and counted there. Left and right columns show 95% t intervals over seeds."
 )
 
@@ -522,10 +565,14 @@ def curve_section(outcome: PaperOutcome) -> list[str]:
         "",
         f"Budgets 1/b of `{data.curve.reference}`'s total embedding bytes "
         f"({full_bytes:,.0f}); each method's options chosen by its own `options_at_budget`. "
-        "vs best: `below the best` when best - method > 0.001 holds, `equivalent to the "
-        "best` when TOST puts the difference within +-0.001, `indistinguishable` when "
-        "neither test decides (seed spread plus the test set's DeLong variance; both p's "
-        "Holm-adjusted over this table). Step cost: reference train samples/s over the "
+        "vs best: `below the best` when the method is shown more than 0.001 below the "
+        "best, `equivalent to the best` when TOST puts its difference from the best within "
+        "+-0.001, `indistinguishable` when neither is shown (paired per-seed differences, "
+        "seed spread plus the test set's DeLong variance). The best is picked from the same "
+        "runs, so `below` tests each method against every other at its budget (one-sided "
+        "paired t on the seeds' n - 1 dof, Bonferroni over the rivals, Holm over the "
+        "budget's methods, Bonferroni over this table's budgets); TOST's p's are "
+        "Holm-adjusted over this table. Step cost: reference train samples/s over the "
         "method's, per seed, in this reproduction on this machine [95% CI].",
         "",
     ]
@@ -551,7 +598,7 @@ def curve_section(outcome: PaperOutcome) -> list[str]:
                     "total bytes (of full)": f"{total:,.0f} ({total / full_bytes:.3f})",
                     "test AUC [95% CI]": f"{s.auc:.4f}{ci}",
                     "rank": str(s.rank),
-                    "vs best (Holm p: > 0.001 below, TOST)": s.verdict
+                    "vs best (p: > 0.001 below any, TOST)": s.verdict
                     + ("" if s.rank == 1 else f" ({s.p_below:.2g}, {s.p_equivalent:.2g})"),
                     "step cost vs full": _step_cost(rec, data.reference)
                     + (

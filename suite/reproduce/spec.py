@@ -54,10 +54,23 @@ named ``<family>/<member>``; a member is a model-size preset name
   more than ``margin`` at the largest compute both families reach. Both bootstrap over
   seeds and points and need each fit to pass the quality gate (``suite.stats``), else
   ``not measurable``.
+* ``form`` (required on every empirical claim) is the paper's own form, and ``quote``
+  (required on the paper's empirical claims) its words: ``superiority`` ("beats":
+  ``greater``/``less``/``at_least``/``at_most`` with the paper's margin, 0 where it gives
+  none); ``non_inferiority`` ("without loss", "comparable", "maintains": ``greater`` with
+  the loss tolerated as ``margin``, tested as ``left - right > -margin``; ``less`` for a
+  figure lower is better, ``< +margin``); ``equivalence`` (``within``) only where the paper
+  claims both directions.
+* ``suite_bound: {margin: 0.001}`` (any of margin, left, right, kind, text): the suite's
+  stricter form of the claim, a second claim ``<id>-suite-bound`` the report labels
+  ``(suite's bound)`` and counts apart from the paper's.
+* ``testable_if: {figure: run.metric, at_least: X, why: ...}``: below ``X`` (mean over
+  seeds) the claim's object is too small to mean what the paper means and it reads ``not
+  testable at this scale``, with ``why``.
 * ``profiles: [quick]`` limits a claim to some profiles (default all).
 * ``basis: structural`` marks a claim exact by construction (a byte count, a budget, a
-  plan's balance): the report counts it apart from the empirical claims that training
-  decides. ``origin: suite`` marks a target of this suite's own, not the paper's.
+  plan's balance, a figure an interval sets): judged on its mean over seeds as exact, with
+  no seed statistics, and counted apart from the empirical claims that training decides. ``origin: suite`` marks a target of this suite's own, not the paper's.
 
 **Curve** (optional): methods x budgets on one AUC-against-total-bytes curve
 (``suite.reproduce.curve``). Each method at each budget is an ``accuracy`` run named
@@ -86,6 +99,9 @@ trains with them (format: the docstring of ``suite/reproduce/tuning.py``)::
       share: {qr_2: qr_4}              # qr_2 trains with qr_4's tuned values
       seed: 0                          # TPE sampler seed
       base: {}                         # overrides for tuning trials only
+      startup_trials: 3                # optional: TPE's random trials (n_trials >= 2.5x)
+      pruning: {n_warmup_steps: 1042}  # optional: median pruning on the validations
+      run_seed: 100                    # optional: trials' seed, not an evaluation seed
 
 A comparison of two runs' ``test_auc`` also shows DeLong's p on each seed's test set (from
 the predictions accuracy runs keep). A claim on a metric of kind ``measured`` (a timing) is
@@ -94,16 +110,19 @@ judged in the report's Timings section and counted apart from the others.
 Verdicts (``suite.decisions``): one-sided tests at 5% on the seeds' spread plus, for test
 AUCs, the test set's DeLong variance; equivalence by TOST. ``holds`` / ``does not hold``
 when a test decides, ``underpowered (needs n=...)`` otherwise, ``not measurable`` without
-figures, ``not testable at this scale`` where a scaling fit fails its gate.
+figures, ``not testable at this scale`` where a scaling fit fails its gate, rests on runs
+still improving, or a ``testable_if`` floor is not met. The report's verdicts and counts are
+Holm-decided over its empirical claims (``suite.reproduce.report.apply_holm``).
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -118,7 +137,7 @@ from suite.config import (
 from suite.errors import ConfigError
 from suite.presets import preset_path
 from suite.registry import unknown_name_message
-from suite.studies.spec import Distribution, ParamSpace, SearchSpace, StudySpec
+from suite.studies.spec import Distribution, ParamSpace, PrunerSpec, SearchSpace, StudySpec
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "reproductions"
 
@@ -142,6 +161,21 @@ def _check_space(space: dict[str, Any], field: str) -> None:
         raise ValueError(f"{field}: {format_validation_error(exc)}") from None
 
 
+STARTUP_SHARE = 2.5
+"""A tuning block that sets ``startup_trials`` gives at least this many times as many trials:
+TPE models from the trials after its random start, and fewer leaves it next to nothing."""
+
+
+def _check_validates_during(base: RunConfig, field: str) -> None:
+    """A pruned trial must validate before its end (``train.eval_every_steps``, or more
+    than one epoch): the pruner compares those validations' AUCs."""
+    if base.train.epochs == 1 and base.train.eval_every_steps is None:
+        raise ValueError(
+            f"{field}: trials validate only when training ends (one epoch, no "
+            "train.eval_every_steps), so nothing can be pruned; set train.eval_every_steps"
+        )
+
+
 class Tuning(Frozen):
     """A profile's tuning block: one study per tuned run, all with the same budget."""
 
@@ -157,6 +191,25 @@ class Tuning(Frozen):
     base: dict[str, Any] = Field(
         default_factory=dict, description="config overrides for tuning trials only"
     )
+    startup_trials: int | None = Field(
+        None,
+        ge=1,
+        description="the TPE sampler's random trials before it models (n_startup_trials; "
+        "default Optuna's 10); when given, n_trials must be at least 2.5 times it",
+    )
+    pruning: PrunerSpec | None = Field(
+        None,
+        description="median pruning of trials on the validation AUC of their training's "
+        "validations (the study pruner: n_startup_trials, n_warmup_steps in training "
+        "steps, interval_steps); default none",
+    )
+    run_seed: int | None = Field(
+        None,
+        ge=0,
+        le=2**32 - 1,
+        description="the seed tuning trials train under, none of the profile's evaluation "
+        "seeds (default: the profile's first seed, itself evaluated)",
+    )
 
     @field_validator("runs")
     @classmethod
@@ -165,6 +218,12 @@ class Tuning(Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> Tuning:
+        if self.startup_trials is not None and self.n_trials < STARTUP_SHARE * self.startup_trials:
+            raise ValueError(
+                f"startup_trials: {self.startup_trials} random trials leave TPE too few of "
+                f"n_trials {self.n_trials} to model; give n_trials >= "
+                f"{math.ceil(STARTUP_SHARE * self.startup_trials)} or fewer startup_trials"
+            )
         if self.space:
             _check_space(self.space, "space")
         for run, extra in self.runs.items():
@@ -188,8 +247,9 @@ class Tuning(Frozen):
 
     def trial_overrides(self, profile: Profile, overrides: dict[str, Any]) -> dict[str, Any]:
         """What a tuning trial trains with over the run's config: the block's ``base``,
-        the profile's first seed, then ``overrides``."""
-        return deep_merge(deep_merge(self.base, {"seed": profile.seeds[0]}), overrides)
+        the tuning seed (``run_seed``, else the profile's first seed), then ``overrides``."""
+        seed = profile.seeds[0] if self.run_seed is None else self.run_seed
+        return deep_merge(deep_merge(self.base, {"seed": seed}), overrides)
 
     def source(self, run_id: str) -> str | None:
         """The tuned run whose values ``run_id`` trains with (itself, its share, or None)."""
@@ -200,6 +260,12 @@ class Tuning(Frozen):
         keys against the run's config, its objective against its task) is valid.
         Raises ``ValueError`` naming the field (``profiles.<profile>.tuning...``)."""
         where = f"profiles.{profile}.tuning"
+        prof = spec.profiles[profile]
+        if self.run_seed is not None and self.run_seed in prof.seeds:
+            raise ValueError(
+                f"{where}.run_seed: {self.run_seed} is one of the profile's evaluation seeds "
+                f"{prof.seeds}; tune under another seed"
+            )
         runs = spec.run_ids(profile)
         for field, names in (("runs", list(self.runs)), ("share", list(self.share))):
             for name in names:
@@ -207,7 +273,6 @@ class Tuning(Frozen):
                     raise ValueError(
                         f"{where}.{field}: unknown run {name!r} (runs: {', '.join(runs)})"
                     )
-        prof = spec.profiles[profile]
         for run_id in self.runs:
             what = f"reproduction {spec.paper}/{run_id} ({profile})"
             try:
@@ -219,6 +284,8 @@ class Tuning(Frozen):
                 study.check_metrics()
             except ConfigError as exc:
                 raise ValueError(f"{where}.runs.{run_id}: {exc}") from None
+            if self.pruning is not None and self.pruning.name != "none":
+                _check_validates_during(base, f"{where}.pruning")
 
 
 class TunedRun(Frozen):
@@ -232,6 +299,32 @@ class TunedRun(Frozen):
     workers: int = Field(ge=1)
     commit: str
     command: str
+    run_seed: int | None = Field(None, description="the block's run_seed the trials trained under")
+    startup_trials: int | None = Field(None, description="the block's startup_trials")
+    pruning: dict[str, Any] | None = Field(None, description="the block's pruning")
+    top3_val_auc_spread: float | None = Field(
+        None,
+        description="max - min validation AUC of the study's three best complete trials: how "
+        "flat the top of the search was (absent from tunings before it, or with fewer than "
+        "three complete trials)",
+    )
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = (
+        "run_seed",
+        "startup_trials",
+        "pruning",
+        "top3_val_auc_spread",
+    )
+    """Fields a tuned file leaves out when unset (files written before them stay as they are)."""
+
+    def settings_match(self, tuning: Tuning) -> bool:
+        """Whether this entry was tuned under ``tuning``'s trial seed, TPE start and pruning."""
+        pruning = tuning.pruning.model_dump(mode="json") if tuning.pruning else None
+        return (self.run_seed, self.startup_trials, self.pruning) == (
+            tuning.run_seed,
+            tuning.startup_trials,
+            pruning,
+        )
 
 
 class TunedFile(Frozen):
@@ -305,6 +398,16 @@ def _is_number(text: object) -> bool:
         return False
 
 
+class ScaleGate(Frozen):
+    """Where a claim's object is big enough to mean what the paper means: ``figure`` (a
+    ``run.metric``, mean over seeds) at least ``at_least``; below, the claim reads ``not
+    testable at this scale``, with ``why``."""
+
+    figure: str = Field(pattern=r"^[^.]+\..+$", description="run.metric")
+    at_least: float
+    why: str
+
+
 class Claim(Frozen):
     """A claim of a paper, checked on measured figures (see the module docstring)."""
 
@@ -330,6 +433,28 @@ class Claim(Frozen):
     origin: Literal["paper", "suite"] = Field(
         "paper", description="paper: the paper's claim; suite: a target of this suite's own"
     )
+    form: Literal["superiority", "non_inferiority", "equivalence"] | None = Field(
+        None,
+        description="the paper's logical form (required on empirical claims): superiority "
+        "(beats by the paper's margin), non_inferiority (loses at most the margin), "
+        "equivalence (both directions)",
+    )
+    quote: str | None = Field(
+        None,
+        description="the paper's words the claim formalises (required on the paper's "
+        "empirical claims)",
+    )
+    suite_bound: dict[str, Any] | None = Field(
+        None,
+        description="the suite's stricter form (fields of the claim that differ: margin, "
+        "left, right, kind, text): a second claim <id>-suite-bound, labelled (suite's bound)",
+    )
+    testable_if: ScaleGate | None = Field(
+        None, description="the scale below which the claim means nothing (ScaleGate)"
+    )
+    bound_of: str | None = Field(
+        None, description="set on a suite_bound's claim: the id of the paper-form claim"
+    )
 
     @field_validator("left", "right")
     @classmethod
@@ -351,6 +476,8 @@ class Claim(Frozen):
 
     @model_validator(mode="after")
     def _check_shape(self) -> Claim:
+        if self.basis == "empirical":
+            self._check_form()
         if self.kind in SCALING:
             if not (isinstance(self.left, str) and isinstance(self.right, str)):
                 raise ValueError(f"claim {self.id}: {self.kind} compares two family names")
@@ -364,6 +491,41 @@ class Claim(Frozen):
             raise ValueError(f"claim {self.id}: left must reference a measured figure")
         return self
 
+    def _check_form(self) -> None:
+        """An empirical claim names its paper's form, and its kind and margin fit it."""
+        where = f"claim {self.id}"
+        if self.form is None:
+            raise ValueError(
+                f"{where}: form is missing (superiority, non_inferiority or equivalence: the "
+                "paper's own form of the claim)"
+            )
+        if self.origin == "paper" and not (self.quote or "").strip():
+            raise ValueError(f"{where}: quote is missing (the paper's words the claim tests)")
+        if self.kind in SCALING:
+            if self.form != "superiority":
+                raise ValueError(f"{where}: a scaling claim ({self.kind}) is a superiority")
+            return
+        if (self.form == "equivalence") != (self.kind == "within"):
+            raise ValueError(
+                f"{where}: form {self.form} takes kind "
+                + ("within" if self.form == "equivalence" else "greater/less/at_least/at_most")
+                + f", got {self.kind}"
+            )
+        if self.form == "non_inferiority" and (
+            self.margin <= 0 or self.kind not in ("greater", "less")
+        ):
+            raise ValueError(
+                f"{where}: non_inferiority is kind greater (or less, for a figure lower is "
+                "better) with the loss it tolerates as margin > 0"
+            )
+
+    @property
+    def label(self) -> str:
+        """The claim's words as a report prints them: marked where the bound is the suite's."""
+        if self.bound_of is not None:
+            return f"{self.text} (suite's bound)"
+        return f"{self.text} (suite's target)" if self.origin == "suite" else self.text
+
     @property
     def comparative(self) -> bool:
         """Both sides measured: judged on paired per-seed differences."""
@@ -372,13 +534,36 @@ class Claim(Frozen):
     def references(self) -> list[str]:
         if self.kind in SCALING:
             return []
-        return _references(self.left) + _references(self.right)
+        gate = [self.testable_if.figure] if self.testable_if else []
+        return _references(self.left) + _references(self.right) + gate
 
     def families(self) -> list[str]:
         return [str(self.left), str(self.right)] if self.kind in SCALING else []
 
     def expand(self) -> list[Claim]:
-        """The claim once per value of ``over`` (itself when there is none)."""
+        """The claim once per value of ``over`` (itself when there is none), each followed
+        by its ``suite_bound`` form where it has one."""
+        return [c for claim in self._expand_over() for c in claim._with_suite_bound()]
+
+    def _with_suite_bound(self) -> list[Claim]:
+        if not self.suite_bound:
+            return [self]
+        extra = set(self.suite_bound) - set(SUITE_BOUND_FIELDS)
+        if extra:
+            raise ValueError(
+                f"claim {self.id}: suite_bound takes {', '.join(SUITE_BOUND_FIELDS)}, "
+                f"got {', '.join(sorted(extra))}"
+            )
+        data = self.model_dump()
+        data.update(self.suite_bound)
+        data.update(id=f"{self.id}-suite-bound", suite_bound=None, origin="suite", bound_of=self.id)
+        if data["kind"] == "within":
+            data["form"] = "equivalence"
+        elif self.form == "equivalence":
+            data["form"] = "superiority"
+        return [self, Claim.model_validate(data)]
+
+    def _expand_over(self) -> list[Claim]:
         if not self.over:
             return [self]
         ((name, values),) = self.over.items()
@@ -396,9 +581,17 @@ class Claim(Frozen):
             data.update(
                 id=sub(self.id), text=sub(self.text), left=sub(self.left), right=sub(self.right)
             )
+            if self.suite_bound:
+                data["suite_bound"] = {k: sub(v) for k, v in self.suite_bound.items()}
+            if self.testable_if:
+                data["testable_if"] = {k: sub(v) for k, v in data["testable_if"].items()}
             data["over"] = None
             out.append(Claim.model_validate(data))
         return out
+
+
+SUITE_BOUND_FIELDS = ("margin", "left", "right", "kind", "text")
+"""What a claim's ``suite_bound`` may change: the suite's stricter form of the same claim."""
 
 
 BUDGET_KEY = "budget"
@@ -558,7 +751,9 @@ def study_name(paper: str, profile: str, run_id: str) -> str:
 
 def tuning_study(spec: ReproductionSpec, profile: str, run_id: str, base: RunConfig) -> StudySpec:
     """The study of one tuned run from its resolved ``base`` config: ``val_auc`` maximized
-    over exactly ``n_trials`` trials by a seeded TPE sampler, no pruning."""
+    over exactly ``n_trials`` trials by a seeded TPE sampler (``startup_trials`` random
+    ones first, when the block gives them), no pruning unless the block asks for it
+    (``pruning``: the study's median pruner on the trials' validations)."""
     tuning = spec.profiles[profile].tuning
     if tuning is None:
         raise ConfigError(f"profile {profile!r} of paper {spec.paper!r} has no tuning block")
@@ -570,8 +765,12 @@ def tuning_study(spec: ReproductionSpec, profile: str, run_id: str, base: RunCon
             "space": {"params": tuning.run_space(run_id)},
             "objectives": [{"metric": OBJECTIVE, "direction": "maximize"}],
             "budget": {"n_trials": tuning.n_trials},
-            "sampler": {"name": "tpe", "seed": tuning.seed},
-            "pruner": {"name": "none"},
+            "sampler": {
+                "name": "tpe",
+                "seed": tuning.seed,
+                "n_startup_trials": tuning.startup_trials,
+            },
+            "pruner": tuning.pruning or {"name": "none"},
             "export": {"best": 1},
         }
     )
