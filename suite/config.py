@@ -36,6 +36,11 @@ class Frozen(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    identity_defaults: ClassVar[dict[str, Any]] = {}
+    """An entry's options added after runs were recorded, and their defaults: left out of a
+    run's identity (:meth:`RunConfig.identity`) at these values, so those runs' config
+    hashes stay as they were."""
+
 
 class NoOptions(Frozen):
     """Options of an entry that takes none."""
@@ -179,6 +184,20 @@ class TrainConfig(Frozen):
         allow_inf_nan=False,
         description="a validation AUC must beat the best by more than this to count as better",
     )
+    embedding_l2: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="L2 on the embeddings a batch looks up, FuxiCTR's embedding_regularizer "
+        "form: (coefficient / 2) x their sum of squares, added to the batch's mean loss",
+    )
+    weight_decay: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="L2 weight decay of the dense optimizer on the backbone's parameters "
+        "(FuxiCTR's net_regularizer; torch's coupled weight_decay)",
+    )
     checkpoint: Literal["best", "final"] = "best"
     shuffle: bool = True
     threads: int | None = Field(
@@ -276,11 +295,27 @@ class RunConfig(Frozen):
     sharding: ShardingConfig = Field(default_factory=ShardingConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
+    @model_validator(mode="after")
+    def _seed_draws_the_data(self) -> RunConfig:
+        """``dataset.options.draw: per_seed``: the run's seed draws the data too, as the
+        dataset's ``draw_seed``, so each seed's prepared data (cache key, fingerprint) is
+        its own and the methods of one seed share theirs."""
+        options = self.dataset.options
+        if options.get("draw") == "per_seed" and options.get("draw_seed") != self.seed:
+            dataset = self.dataset.model_copy(
+                update={"options": {**options, "draw_seed": self.seed}}
+            )
+            object.__setattr__(self, "dataset", dataset)
+        return self
+
     def identity(self) -> dict[str, Any]:
         """The fields that define the run's result (paths and tracking left out)."""
         data = self.model_dump(mode="json", exclude={"tracking": True})
         for key in ("raw", "cache_dir"):
             data["dataset"].pop(key, None)
+        # draw per_seed: the dataset's draw_seed is the run's seed, already here (its seeds
+        # share one seedless identity, as other configs' seeds do)
+        data["dataset"]["options"].pop("draw_seed", None)
         for key in ("progress", "checkpoint_every", "checkpoint_dir"):  # same result either way
             data["train"].pop(key, None)
         if not self.train.compile:  # eager: hashes stay those of runs before the switch
@@ -289,6 +324,17 @@ class RunConfig(Frozen):
             data["train"].pop("patience", None)
         if self.train.min_delta == 0.0:
             data["train"].pop("min_delta", None)
+        for key in ("embedding_l2", "weight_decay"):  # unregularised: hashes stay as before
+            if getattr(self.train, key) == 0.0:
+                data["train"].pop(key, None)
+        for field in ("model", "embedding", "dataset", "task"):  # options added since
+            spec: ComponentSpec = getattr(self, field)
+            options_cls = getattr(spec.registry.get(spec.name), "Options", NoOptions)
+            later = getattr(options_cls, "identity_defaults", {})
+            options = data[field]["options"]
+            for key, default in later.items():
+                if key in options and options[key] == default:
+                    options.pop(key)
         if self.comm == CommConfig():  # no codec: hashes stay those of runs before codecs
             data.pop("comm", None)
         if self.sharding == ShardingConfig():  # the planner's choice: hashes stay as before

@@ -5,10 +5,10 @@ profile of the real dataset it imitates)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from suite.config import Frozen
 from suite.data.prepared import CACHE_OPTION, PreparedDataset, PreparedWriter
@@ -35,6 +35,38 @@ class SyntheticOptions(Frozen):
     triples: int = Field(6, ge=0, description="planted third-order interactions")
     signal: float = Field(1.6, gt=0, description="std of the teacher's logit")
     seed: int = Field(0, description="seed of the data, independent of the run's seed")
+    draw: Literal["fixed", "per_seed"] = Field(
+        "fixed",
+        description="per_seed: the run's seed also draws the teacher and the sample (train, "
+        "validation, test), so each seed of a config trains on its own draw and the methods "
+        "of one seed on the same one; fixed: every run seed sees the one draw of seed",
+    )
+    draw_seed: int | None = Field(
+        None,
+        description="the run's seed, set by the run config under draw per_seed (leave it out)",
+    )
+
+    left_out_at: ClassVar[dict[str, Any]] = {"draw": "fixed", "draw_seed": None}
+    """Options left out of the dump at these values (options added after runs were
+    recorded): configs, their hashes and the prepared cache keys stay those of those runs.
+    A subclass adds its own (``{**SyntheticOptions.left_out_at, ...}``)."""
+
+    @model_validator(mode="after")
+    def _draw_seed_only_per_seed(self) -> SyntheticOptions:
+        if self.draw_seed is not None and self.draw != "per_seed":
+            raise ValueError(
+                "draw_seed: set from the run's seed under draw: per_seed; with draw fixed, "
+                "seed draws the data"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _leave_out_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        for key, value in self.left_out_at.items():
+            if key in data and data[key] == value:
+                data.pop(key)
+        return data
 
 
 class SyntheticDataset(DatasetSource):
@@ -43,7 +75,8 @@ class SyntheticDataset(DatasetSource):
     Options = SyntheticOptions
     profile: ClassVar[SyntheticProfile]
     protocols: ClassVar[dict[str, str]] = {
-        "default": "generated i.i.d.; the first train_rows rows train, then val, then test"
+        "default": "generated i.i.d. (or over days where the regime says so, val and test "
+        "the last); the first train_rows rows train, then val, then test"
     }
 
     def build(
@@ -106,7 +139,19 @@ class SyntheticDataset(DatasetSource):
             triples=options.triples,
             signal=options.signal,
             seed=options.seed,
+            draw_seed=self.draw_seed(options),
         )
+
+    def draw_seed(self, options: SyntheticOptions) -> int | None:
+        """The run's seed where it draws the data too (``draw: per_seed``), else None."""
+        if options.draw == "fixed":
+            return None
+        if options.draw_seed is None:
+            raise ConfigError(
+                f"dataset.options.draw_seed: {self.name} with draw per_seed takes the run's "
+                "seed from the run config (RunConfig sets it); none was given"
+            )
+        return options.draw_seed
 
     @property
     def name(self) -> str:

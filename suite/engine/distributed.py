@@ -214,6 +214,14 @@ class ShardedRecModel(RecModel):
             if p.requires_grad and not name.startswith("embedding.ebc.")
         ]
 
+    def net_parameters(self) -> list[nn.Parameter]:
+        """The backbone's data-parallel parameters (what ``train.weight_decay`` decays)."""
+        return [
+            p
+            for name, p in self._inner[0].named_parameters()
+            if p.requires_grad and name.startswith("backbone.")
+        ]
+
     def flops_per_example(self) -> int:
         return self._inner[0].flops_per_example()
 

@@ -19,6 +19,7 @@ from suite.data.loader import BatchLoader
 from suite.data.prefetch import batches_ahead
 from suite.data.prepared import PreparedDataset, SplitArrays
 from suite.engine.checkpoint import Checkpointer, LoopState
+from suite.errors import ConfigError
 from suite.metrics import binary_metrics
 from suite.models.base import RecModel
 from suite.progress import progress_bar
@@ -160,20 +161,34 @@ def still_rising(history: list[dict[str, float]], min_delta: float) -> bool:
 
 
 def make_dense_optimizer(
-    params: list[nn.Parameter], train: TrainConfig
+    params: list[nn.Parameter],
+    train: TrainConfig,
+    decayed: list[nn.Parameter] | None = None,
 ) -> torch.optim.Optimizer | None:
     """The dense optimizer in its fastest form with the same math: fused Adam (CPU and
     CUDA) and Adagrad (CPU only) cost ~0.27x and ~0.36x of the per-tensor loop per step
     on 2 CPU cores; SGD keeps the loop (foreach was no faster, fused slower; see
-    ``benchmarks/bench_optimizers.py``)."""
+    ``benchmarks/bench_optimizers.py``).
+
+    ``train.weight_decay`` (torch's coupled L2: ``weight_decay x p`` added to each
+    gradient, the gradient of FuxiCTR's ``net_regularizer``) applies to the ``decayed``
+    ones of ``params`` (default: all), in a param group of their own; at 0 the optimizer
+    is the one built before the option."""
     if not params:
         return None
     on_cpu = all(p.device.type == "cpu" for p in params)
+    groups: list[Any] = params
+    if train.weight_decay:
+        chosen = {id(p) for p in (params if decayed is None else decayed)}
+        decay = [p for p in params if id(p) in chosen]
+        rest = [p for p in params if id(p) not in chosen]
+        groups = [{"params": decay, "weight_decay": train.weight_decay}]
+        groups += [{"params": rest, "weight_decay": 0.0}] if rest else []
     if train.dense_optimizer == "adam":
-        return torch.optim.Adam(params, lr=train.dense_lr, fused=True)
+        return torch.optim.Adam(groups, lr=train.dense_lr, fused=True)
     if train.dense_optimizer == "adagrad":
-        return torch.optim.Adagrad(params, lr=train.dense_lr, fused=on_cpu or None)
-    return torch.optim.SGD(params, lr=train.dense_lr)
+        return torch.optim.Adagrad(groups, lr=train.dense_lr, fused=on_cpu or None)
+    return torch.optim.SGD(groups, lr=train.dense_lr)
 
 
 def train_step(
@@ -181,12 +196,24 @@ def train_step(
     batch: Batch,
     dense_opt: torch.optim.Optimizer | None,
     step: int,
+    embedding_l2: float = 0.0,
 ) -> torch.Tensor:
     """Training step number ``step`` (from 1) on ``batch`` (already on the model's device):
     forward, BCE loss, backward, the dense optimizer's step, then the embedding's own
     sparse update and hooks (:meth:`EmbeddingMethod.after_step`). Returns the loss tensor
-    (not synchronized)."""
-    logits = model(batch.dense, batch.sparse)
+    (not synchronized): the BCE, without the regulariser.
+
+    ``embedding_l2`` (``train.embedding_l2``) adds ``embedding_l2 / 2`` times the sum of
+    squares of the embeddings ``[B, F, D]`` the batch looked up to what backward
+    differentiates: FuxiCTR's ``(lambda / 2) ||W||^2`` restricted to the rows the batch
+    reads (each occurrence once), so every method's lookup, fused fbgemm tables and
+    self-updating methods included, gets ``embedding_l2 x e`` added to the gradient of
+    each embedding it returned."""
+    embedded = None
+    if embedding_l2:
+        logits, embedded = model.forward_embedded(batch.dense, batch.sparse)
+    else:
+        logits = model(batch.dense, batch.sparse)
     if batch.loss_norm is None:
         loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.label)
     else:  # a rank's part: its share of the global batch's mean loss
@@ -196,9 +223,12 @@ def train_step(
             )
             / batch.loss_norm
         )
+    objective = loss
+    if embedded is not None:
+        objective = loss + embedding_l2 / 2 * embedded.float().square().sum()
     if dense_opt:
         dense_opt.zero_grad(set_to_none=True)
-    loss.backward()  # fused fbgemm tables update themselves here
+    objective.backward()  # fused fbgemm tables update themselves here
     if dense_opt:
         dense_opt.step()
     model.embedding.after_step(step)
@@ -365,6 +395,11 @@ class _Loop:
     ) -> _Loop:
         """The run's loader (this rank's part of each batch), optimizer and budget; its
         checkpointers started and the first one's checkpoint restored, if any."""
+        if cfg.embedding_l2 and model.ranks.distributed:
+            raise ConfigError(
+                "train.embedding_l2: not supported in a distributed run (a sharded lookup's "
+                "embeddings stay inside TorchRec's forward); train in one process"
+            )
         loader = BatchLoader(
             data.split("train"),
             cfg.batch_size,
@@ -372,7 +407,7 @@ class _Loop:
             seed=seed,
             part=model.ranks.part,
         )
-        dense_opt = make_dense_optimizer(model.dense_parameters(), cfg)
+        dense_opt = make_dense_optimizer(model.dense_parameters(), cfg, model.net_parameters())
         total = min(cfg.max_steps or 10**18, cfg.epochs * len(loader))
         val_split = data.split("val")
         for writer in writers:
@@ -428,7 +463,7 @@ class _Loop:
         batch = batch.to(self.device)
         for writer in self.writers:
             writer.observe(model, batch.sparse)
-        loss = train_step(model, batch, self.dense_opt, state.step)
+        loss = train_step(model, batch, self.dense_opt, state.step, self.cfg.embedding_l2)
         state.examples += len(batch)
         self.add_loss(loss)
         state.loss_count += 1

@@ -36,14 +36,19 @@ def parse_layers(value: Any) -> list[int]:
 LayerSizes = Annotated[list[int], BeforeValidator(parse_layers)]
 
 
-def mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
+def mlp(sizes: list[int], final_activation: bool, dropout: float = 0.0) -> nn.Sequential:
     """Linear layers ``sizes[0] -> sizes[1] -> ...`` with ReLU between (and after the last
-    one when ``final_activation``)."""
+    one when ``final_activation``); with ``dropout`` > 0, dropout after each hidden layer's
+    ReLU (not after the last layer: FuxiCTR's ``MLP_Block``). Without dropout the layers
+    and their state-dict keys are those of an MLP before the option."""
     layers: list[nn.Module] = []
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         layers.append(nn.Linear(fan_in, fan_out))
-        if final_activation or i < len(sizes) - 2:
+        hidden = i < len(sizes) - 2
+        if final_activation or hidden:
             layers.append(nn.ReLU())
+        if hidden and dropout > 0:
+            layers.append(nn.Dropout(dropout))
     return nn.Sequential(*layers)
 
 
@@ -187,6 +192,21 @@ class RecModel(nn.Module):
         if self.payload is not None:
             pooled = self.payload(pooled)
         return self.backbone(dense, pooled)
+
+    def forward_embedded(
+        self, dense: torch.Tensor, sparse: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward`'s logits ``[B]`` and the embeddings ``[B, F, D]`` it looked up
+        (before the payload codec), for a regulariser on them (``train.embedding_l2``)."""
+        embedded = self.embedding(sparse)
+        pooled = embedded if self.payload is None else self.payload(embedded)
+        return self.backbone(dense, pooled), embedded
+
+    def net_parameters(self) -> list[nn.Parameter]:
+        """The backbone's dense parameters: those ``train.weight_decay`` applies to (the
+        embedding method's own are regularised through its lookups: ``embedding_l2``)."""
+        backbone = {id(p) for p in self.backbone.parameters()}
+        return [p for p in self.dense_parameters() if id(p) in backbone]
 
     def dense_parameters(self) -> list[nn.Parameter]:
         """Parameters a dense torch optimizer updates: all but fused and sparse ones."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -28,6 +28,15 @@ class DLRMOptions(Frozen):
     interaction: Literal["dot", "cat"] = "dot"
     interaction_self: bool = False
     init: Init = Field("reference", description="reference: dlrm_s_pytorch.py create_mlp")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="dropout after each hidden layer of both MLPs (FuxiCTR's DLRM "
+        "bottom_mlp_dropout / top_mlp_dropout; the reference has none)",
+    )
+
+    identity_defaults: ClassVar[dict[str, Any]] = {"dropout": 0.0}
 
 
 @MODELS.register("dlrm")
@@ -41,7 +50,7 @@ class DLRM(Backbone):
         self.options = options
         self.num_dense = num_dense
         self.bottom = (
-            mlp([num_dense, *options.bottom_mlp, dim], final_activation=True) if num_dense else None
+            mlp([num_dense, *options.bottom_mlp, dim], True, options.dropout) if num_dense else None
         )
         vectors = num_sparse + (1 if num_dense else 0)
         if options.interaction == "dot":
@@ -54,7 +63,7 @@ class DLRM(Backbone):
         else:
             top_in = vectors * dim
         self.vectors, self.dim = vectors, dim
-        self.top = mlp([top_in, *options.top_mlp, 1], final_activation=False)
+        self.top = mlp([top_in, *options.top_mlp, 1], False, options.dropout)
         if options.init == "reference":
             dlrm_reference_init_(self)
 

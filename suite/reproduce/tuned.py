@@ -102,5 +102,10 @@ def write_tuned(tuned: TunedFile) -> Path:
         "# Written by `suite reproduce --tune` (see suite/reproductions/tuned/README.md); "
         "do not edit.\n"
     )
-    body = yaml.safe_dump(tuned.model_dump(mode="json"), sort_keys=False, width=10**6)
+    data = tuned.model_dump(mode="json")
+    for entry in data["runs"].values():  # unset newer fields: older entries stay as written
+        for key in TunedRun.OPTIONAL:
+            if entry.get(key) is None:
+                entry.pop(key, None)
+    body = yaml.safe_dump(data, sort_keys=False, width=10**6)
     return write_text_atomic(tuned_path(tuned.paper, tuned.profile), header + body)

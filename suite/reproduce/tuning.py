@@ -10,19 +10,32 @@ A profile may declare (format in ``suite/reproduce/spec.py``)::
       share: {qr_2: qr_4}                # runs that take another run's tuned values
       seed: 0                            # the TPE sampler's seed
       base: {train: {epochs: 1}}         # overrides for tuning trials only
+      startup_trials: 3                  # optional: TPE's random start (n_trials >= 2.5x)
+      pruning: {n_warmup_steps: 1042}    # optional: median pruning (the study pruner)
+      run_seed: 100                      # optional: trials' seed, none of the profile's
 
 ``--tune`` runs one Optuna study per tuned run through the suite's study machinery
 (:func:`suite.studies.coordinator.run_study`: its workers, storage, MLflow tracking and
-progress bar), maximizing ``val_auc`` over exactly ``n_trials`` trials (no timeout, no
-pruning). A trial trains the run's resolved config under the profile's first seed with
-``base`` and the sampled params. The best trial's values go to
-``suite/reproductions/tuned/<paper>.<profile>.yaml`` with the study's name, its trial
-count, the best validation AUC, the sampler seed, the suite commit and the command that
-reproduces it; from then on every run of the profile trains with its tuned values (or those
-of the run it shares from).
+progress bar), maximizing ``val_auc`` over exactly ``n_trials`` finished trials (no
+timeout). A trial trains the run's resolved config under ``run_seed`` (default: the
+profile's first seed) with ``base`` and the sampled params. TPE starts with
+``startup_trials`` random trials (Optuna's 10 when unset; a block that sets it needs
+``n_trials >= 2.5 x startup_trials``, so blocks written before it, 6 trials under the
+default, still load). With ``pruning`` (:class:`suite.studies.spec.PrunerSpec`: median,
+``n_startup_trials``, ``n_warmup_steps`` in training steps, ``interval_steps``) each
+validation of a trial's training (every ``train.eval_every_steps`` and each epoch's end)
+reports its AUC, the one mechanism of ``suite study``, and a trial below the median of
+the earlier trials at that step stops there (a pruned trial counts as finished). The best
+trial's values go to ``suite/reproductions/tuned/<paper>.<profile>.yaml`` with the study's
+name, its trial count, the best validation AUC, the sampler seed, the suite commit, the
+command that reproduces it, the new settings a block gave (``run_seed``,
+``startup_trials``, ``pruning``) and ``top3_val_auc_spread``, the max - min validation AUC
+of the three best complete trials (how flat the top of the search was); from then on
+every run of the profile trains with its tuned values (or those of the run it shares from).
 
 Resumable: a second ``--tune`` keeps the entries of the tuned file that the block still asks
-for as they are (the same params, budget and sampler seed) and tunes only the other runs, so
+for as they are (the same params, budget, sampler seed, trial seed, startup trials and
+pruning) and tunes only the other runs, so
 adding a method to a tuned profile tunes that method alone; ``--retune`` tunes every run again.
 The file is written after every study, so an interrupted ``--tune`` keeps the studies it
 finished.
@@ -105,8 +118,21 @@ class TuneRequest:
     """Tune every run again, also those whose tuned values the block still asks for."""
 
 
-def _best(study: StudySpec, outcome: StudyOutcome) -> tuple[dict[str, Any], float, int]:
-    """The best trial's dotted values, its validation AUC and the finished trials."""
+TOP = 3
+"""The best trials whose validation AUCs' spread a tuned entry records."""
+
+
+def top_spread(aucs: list[float], top: int = TOP) -> float | None:
+    """Max - min of the ``top`` highest of ``aucs`` (``None`` with fewer than ``top``)."""
+    best = sorted(aucs, reverse=True)[:top]
+    return best[0] - best[-1] if len(best) == top else None
+
+
+def _best(
+    study: StudySpec, outcome: StudyOutcome
+) -> tuple[dict[str, Any], float, int, float | None]:
+    """The best trial's dotted values, its validation AUC, the finished trials, and the
+    spread of the :data:`TOP` best complete trials' validation AUCs (:func:`top_spread`)."""
     import optuna
 
     summary = outcome.summary
@@ -124,7 +150,13 @@ def _best(study: StudySpec, outcome: StudyOutcome) -> tuple[dict[str, Any], floa
     )
     trial = stored.trials[summary.best[0]]
     values = study.space.overrides_from_params(trial.params)
-    return values, float(trial.user_attrs[METRICS_ATTR][OBJECTIVE]), finished
+    aucs = [
+        float(t.user_attrs[METRICS_ATTR][OBJECTIVE])
+        for t in stored.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if OBJECTIVE in t.user_attrs.get(METRICS_ATTR, {})
+    ]
+    auc = float(trial.user_attrs[METRICS_ATTR][OBJECTIVE])
+    return values, auc, finished, top_spread(aucs)
 
 
 def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
@@ -147,7 +179,7 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
         outcome = coordinator.run_study(
             study, request.workers, request.storage, out, quiet=not request.progress
         )
-        values, auc, trials = _best(study, outcome)
+        values, auc, trials, spread = _best(study, outcome)
         entries[run_id] = TunedRun(
             values=values,
             study=study.name,
@@ -157,6 +189,10 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
             workers=request.workers,
             commit=commit,
             command=command,
+            run_seed=tuning.run_seed,
+            startup_trials=tuning.startup_trials,
+            pruning=tuning.pruning.model_dump(mode="json") if tuning.pruning else None,
+            top3_val_auc_spread=spread,
         )
         _write_entries(spec.paper, request.profile, tuning.runs, entries)
     return _write_entries(spec.paper, request.profile, tuning.runs, entries)
@@ -188,6 +224,7 @@ def kept_entries(spec: ReproductionSpec, profile: str) -> dict[str, TunedRun]:
             and entry.trials == tuning.n_trials
             and entry.sampler_seed == tuning.seed
             and entry.study == study_name(spec.paper, profile, run_id)
+            and entry.settings_match(tuning)
         ):
             kept[run_id] = entry
     return kept
