@@ -116,8 +116,8 @@ def test_a_nan_loss_is_still_reported_at_the_next_log(monkeypatch: pytest.Monkey
     that one's: the accumulated loss restarts at each read-back."""
     step_fn = train_module.train_step
 
-    def nan_at_step_23(model: Any, batch: Any, opt: Any, step: int) -> torch.Tensor:
-        loss = step_fn(model, batch, opt, step)
+    def nan_at_step_23(model: Any, batch: Any, opt: Any, step: int, *args: Any) -> torch.Tensor:
+        loss = step_fn(model, batch, opt, step, *args)
         return loss * float("nan") if step == 23 else loss
 
     monkeypatch.setattr(train_module, "train_step", nan_at_step_23)

@@ -11,7 +11,7 @@ import pytest
 
 from suite.cli import main
 from suite.reproduce.report import comparable
-from suite.reproduce.store import LOGITS_DIGEST, NOISE_FILE, RUNS_DIR
+from suite.reproduce.store import LOGITS_DIGEST, NOISE_FILE, RUNS_DIR, write_result
 from suite.results import TaskResult
 from tests.conftest import TINY_DATA, accuracy_result, tracking_uri
 
@@ -315,7 +315,7 @@ def test_a_job_trained_again_for_its_logits_says_when_its_figures_changed(
     elsewhere = before[name].model_copy(deep=True)
     elsewhere.metrics["test_auc"] = true_auc + 0.0014
     elsewhere.environment["cpu_model"] = "Another CPU"
-    elsewhere.write(path)
+    write_result(out, name.split("/")[0], elsewhere)  # stored as the suite stores a job
     capsys.readouterr()
 
     assert reproduce(out, uri, ONE_RUN, "--workers", "1") == 0

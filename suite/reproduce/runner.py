@@ -14,6 +14,7 @@ schedules the jobs, resumes from stored results and tracks the parent run.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 from collections.abc import Callable
@@ -251,7 +252,11 @@ def stored_results(
     new claim pairing a new run with a stored one trains the stored one again), and a job
     in no pair never needs its logits. Regenerating a report (``resume`` false) takes every stored
     result; a pair whose noise was never judged is then reported with its test-set noise
-    left out, as the run that stored it did."""
+    left out, as the run that stored it did. Either way a stored result whose figures no
+    longer match the digest sealed when it was stored is refused with one line
+    (:class:`~suite.reproduce.store.StoredRunEdited`) before anything trains or is written;
+    every job finished here is stored and sealed by :func:`~suite.reproduce.store.write_result`
+    in this process, whichever executor (local workers, Ray tasks) trained it."""
     found: dict[tuple[str, int], TaskResult] = {}
     if report_dir is not None:
         noise = store.read_noise(report_dir)
@@ -459,7 +464,9 @@ def rerun(
 ) -> list[str]:
     """Train the one job ``target`` (``paper/run``) under ``seed`` again and compare it with
     its stored result bit for bit: every metric but the measured ones (timings), the data
-    fingerprint and the test logits' digest. Returns the differences (none: identical)."""
+    fingerprint and the test logits' digest. Returns the differences (none: identical),
+    first among them the stored file's own where it no longer matches the digest sealed
+    when it was stored (compared all the same: finding what differs is the point here)."""
     paper, _, run_id = target.partition("/")
     spec = load_spec(paper)
     if profile not in spec.profiles:
@@ -470,11 +477,15 @@ def rerun(
     config = run_config(spec, profile, run_id, overrides)
     key = config.config_hash()
     (job,) = plan_jobs({key: PlannedRun(config, [target])}, [seed], profile)
-    stored = store.read_result(report_dir, key, job.config)
+    stored = store.read_result(report_dir, key, job.config, check=False)
+    path = store.result_file(report_dir, key, seed)
     if stored is None:
-        path = store.result_file(report_dir, key, seed)
         raise ConfigError(f"--rerun {target} --seed {seed}: no stored result at {path}")
-    return differences(stored, store.with_digest(run_job(job, None)), job.config)
+    edited = store.changed_parts(report_dir, key, seed, json.loads(path.read_text("utf-8")))
+    found = differences(stored, store.with_digest(run_job(job, None)), job.config)
+    if edited:
+        found.insert(0, f"stored file {path}: {edited} since it was stored (its digest)")
+    return found
 
 
 def differences(stored: TaskResult, now: TaskResult, config: RunConfig) -> list[str]:
