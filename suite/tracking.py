@@ -7,9 +7,14 @@ A new SQLite store is built under a temporary name and renamed into place, while
 exclusive ``fcntl`` lock beside it is held, so two first runs at once, or a first run
 killed during MLflow's schema migration, never leave a half-migrated database. Every
 run is tagged with the host and process that own it (``suite.host``, ``suite.pid``,
-``suite.pid_start``); a RUNNING run whose process is gone is marked KILLED by the next
-command that opens the store on that host (a run's start or resume, ``suite resume``, a
-study, a reproduction), or by ``suite runs clean``. Every failure of the store is one :class:`~suite.errors.SuiteError` line naming the store.
+``suite.pid_start``) and carries a heartbeat (``suite.heartbeat``, the owner's clock in
+Unix seconds, rewritten every ``$RECSUITE_HEARTBEAT_S``, 60 s, by a thread of the owning
+process). A RUNNING run is marked KILLED by the next command that opens the store (a
+run's start or resume, ``suite resume``, a study, a reproduction) or by ``suite runs
+clean``: on the owner's host once its process is gone, on any other host once its
+heartbeat is older than ``$RECSUITE_STALE_AFTER_S`` (900 s; the hosts' clocks must agree
+to well within it). Every failure of the store is one :class:`~suite.errors.SuiteError`
+line naming the store.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -42,6 +49,14 @@ HOST_TAG = "suite.host"
 PID_TAG = "suite.pid"
 PID_START_TAG = "suite.pid_start"
 KILLED_BY_TAG = "suite.killed_by"
+HEARTBEAT_TAG = "suite.heartbeat"
+HEARTBEAT_ENV = "RECSUITE_HEARTBEAT_S"
+HEARTBEAT_EVERY_S = 60.0
+"""How often a run's owner rewrites its heartbeat (``$RECSUITE_HEARTBEAT_S`` overrides)."""
+STALE_AFTER_ENV = "RECSUITE_STALE_AFTER_S"
+STALE_AFTER_S = 900.0
+"""A RUNNING run of another host whose heartbeat is older than this is dead
+(``$RECSUITE_STALE_AFTER_S`` or ``suite runs clean --stale-after`` overrides)."""
 # MLflow 3's UI sorts runs of an experiment without this tag under GenAI "Evaluation runs"
 # when it guesses the experiment is a GenAI one; a classic training experiment says so.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -352,29 +367,113 @@ def process_alive(pid: int, start: str) -> bool:
 
 
 def owner_tags() -> dict[str, str]:
-    """The tags naming the host and process that own a run."""
+    """The tags naming the host and process that own a run, and its first heartbeat."""
     pid = os.getpid()
-    return {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), PID_START_TAG: process_start(pid)}
+    return {
+        HOST_TAG: socket.gethostname(),
+        PID_TAG: str(pid),
+        PID_START_TAG: process_start(pid),
+        HEARTBEAT_TAG: f"{time.time():.3f}",
+    }
 
 
-def clean_dead_runs(client: Any, uri: str, experiment_ids: list[str] | None = None) -> list[Any]:
-    """Mark KILLED every RUNNING run on this host whose process is gone. Returns them."""
+def seconds_from_env(name: str, default: float) -> float:
+    """The positive number of seconds in ``$name``, else ``default``; anything else in it is
+    one :class:`~suite.errors.SuiteError` line naming the variable."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise SuiteError(f"${name}: expected a positive number of seconds, got {text!r}")
+    return value
+
+
+class Heartbeat:
+    """A daemon thread that rewrites ``run_id``'s :data:`HEARTBEAT_TAG` every ``every``
+    seconds until :meth:`stop` (or :func:`stop_heartbeat` on the run, from any
+    :class:`Tracker` of this process). A write that fails is skipped: the next one
+    tries again, and a run whose heartbeats all fail is found stale, as a dead one."""
+
+    live: dict[str, Heartbeat] = {}  # by run id, in this process
+    _lock = threading.Lock()
+
+    def __init__(self, client: Any, run_id: str, every: float) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.every = every
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"suite-heartbeat-{run_id[:8]}", daemon=True
+        )
+
+    @classmethod
+    def start(cls, client: Any, run_id: str) -> Heartbeat:
+        beat = cls(client, run_id, seconds_from_env(HEARTBEAT_ENV, HEARTBEAT_EVERY_S))
+        with cls._lock:
+            old = cls.live.pop(run_id, None)
+            cls.live[run_id] = beat
+        if old is not None:
+            old.stop()
+        beat._thread.start()
+        return beat
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self.every):
+            try:
+                with _quiet(STORE_ERROR_LOGGER):
+                    self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.3f}")
+            except Exception:  # a missed beat: see the class docstring
+                continue
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with Heartbeat._lock:
+            if Heartbeat.live.get(self.run_id) is self:
+                del Heartbeat.live[self.run_id]
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+def stop_heartbeat(run_id: str) -> None:
+    """Stop this process's heartbeat of ``run_id``, if it keeps one (the run ended)."""
+    beat = Heartbeat.live.get(run_id)
+    if beat is not None:
+        beat.stop()
+
+
+def clean_dead_runs(
+    client: Any,
+    uri: str,
+    experiment_ids: list[str] | None = None,
+    stale_after: float | None = None,
+) -> list[Any]:
+    """Mark KILLED every RUNNING run of this host whose process is gone, and every RUNNING
+    run of another host whose heartbeat is older than ``stale_after`` seconds (default
+    ``$RECSUITE_STALE_AFTER_S``, else :data:`STALE_AFTER_S`; a run without a heartbeat
+    predates it and is left alone). Returns them."""
     host = socket.gethostname()
+    stale_after = stale_after or seconds_from_env(STALE_AFTER_ENV, STALE_AFTER_S)
 
     def find() -> list[Any]:
         ids = experiment_ids or [e.experiment_id for e in client.search_experiments()]
         if not ids:
             return []
-        query = f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'"
+        query = "attributes.status = 'RUNNING'"
         return list(client.search_runs(ids, filter_string=query, max_results=50000))
 
     dead = []
     for run in _store_call(uri, "search its runs", find):
-        tags = run.data.tags
-        pid = tags.get(PID_TAG, "")
-        if not pid.isdigit() or process_alive(int(pid), tags.get(PID_START_TAG, "")):
+        reason = death_of(run.data.tags, host, stale_after, time.time())
+        if reason is None:
             continue
-        reason = f"process {pid} on {host} died without ending the run"
 
         def mark(run_id: str = run.info.run_id, reason: str = reason) -> None:
             client.set_tag(run_id, KILLED_BY_TAG, reason)
@@ -383,6 +482,26 @@ def clean_dead_runs(client: Any, uri: str, experiment_ids: list[str] | None = No
         _store_call(uri, "mark a dead run KILLED", mark)
         dead.append(run)
     return dead
+
+
+def death_of(tags: dict[str, str], host: str, stale_after: float, now: float) -> str | None:
+    """Why a RUNNING run with ``tags``, seen from ``host`` at ``now``, is dead, or None."""
+    owner = tags.get(HOST_TAG, "")
+    pid = tags.get(PID_TAG, "")
+    if owner == host:
+        if not pid.isdigit() or process_alive(int(pid), tags.get(PID_START_TAG, "")):
+            return None
+        return f"process {pid} on {host} died without ending the run"
+    try:
+        last = float(tags.get(HEARTBEAT_TAG, ""))
+    except ValueError:
+        return None  # no heartbeat: a run of a version before it, or of no suite process
+    if not owner or now - last <= stale_after:
+        return None
+    return (
+        f"no heartbeat from process {pid} on {owner} for {now - last:.0f} s "
+        f"(stale after {stale_after:.0f} s)"
+    )
 
 
 class Tracker:
@@ -436,7 +555,9 @@ class Tracker:
                 all_tags[PARENT_RUN_TAG] = parent_run_id
             return client.create_run(experiment_id, tags=all_tags, run_name=run_name).info.run_id
 
-        return cls(client, _store_call(resolved, "create a run", create), resolved)
+        tracker = cls(client, _store_call(resolved, "create a run", create), resolved)
+        Heartbeat.start(client, tracker.run_id)
+        return tracker
 
     @classmethod
     def resume(cls, uri: str | None, run_id: str) -> Tracker:
@@ -447,6 +568,7 @@ class Tracker:
         tracker = cls(client, run_id, resolved)
         tracker.set_tags(owner_tags())
         tracker.call("reopen it", lambda: client.update_run(run_id, status="RUNNING"))
+        Heartbeat.start(client, run_id)
         keys = tracker.call("read it", lambda: list(client.get_run(run_id).data.metrics))
         for key in keys:
             history = tracker.call(
@@ -477,8 +599,6 @@ class Tracker:
         """Log the finite ``metrics`` at ``step`` (NaN and infinities are left out), each
         ``(key, step, value)`` once: the same figure at the same step again (a step trained
         and validated again after a resume) adds no second entry to the history."""
-        import math
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -606,6 +726,7 @@ class Tracker:
         except SuiteError:
             if status == "FINISHED":
                 raise
+        stop_heartbeat(self.run_id)
         self.call(
             f"end it {status}", lambda: self.client.set_terminated(self.run_id, status=status)
         )

@@ -25,6 +25,7 @@ from suite.errors import ConfigError
 from suite.runs.launch import torchrun_command, without_nproc
 from suite.runs.single import execute
 from tests.conftest import tiny_config, tracking_uri
+from tests.test_clean_streams import parse_result
 from tests.test_resume import _finish, _suite
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +86,9 @@ def test_tasks_that_run_in_one_process_are_refused_in_one_line_and_checkpoints_a
     check_distributed(tiny_config(overrides=["train.checkpoint_every=5"]), Parallel(0, 2))
 
 
-def _distributed(tmp_path: Path, config_path: Path, extra: list[str], out: Path) -> str:
+def _distributed(
+    tmp_path: Path, config_path: Path, extra: list[str], out: Path
+) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -103,7 +106,7 @@ def _distributed(tmp_path: Path, config_path: Path, extra: list[str], out: Path)
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    return proc
 
 
 def _one_process(
@@ -121,7 +124,7 @@ def test_two_ranks_reach_the_one_process_auc_and_record_one_run(isolated: Path) 
     uri = tracking_uri(isolated / "dist")
     out = isolated / "dist.json"
     results = isolated / "dist-results"
-    stdout = _distributed(
+    proc = _distributed(
         isolated,
         config_path,
         ["--tracking-uri", uri, "--set", f"tracking.results_dir={results}"],
@@ -132,8 +135,9 @@ def test_two_ranks_reach_the_one_process_auc_and_record_one_run(isolated: Path) 
     for same in ("flops_per_example", "embedding_bytes", "embedding_optimizer_bytes"):
         assert result["metrics"][same] == single[same], same  # the whole model's, not a rank's
     assert result["details"]["world_size"] == 2
-    assert stdout.count("test_auc") == 1, "rank 0 alone prints the result"
-    assert "sharding plan over 2 ranks" in stdout
+    parsed = parse_result(proc.stdout)  # stdout: rank 0's result lines only
+    assert "test_auc" in parsed["metrics"] and proc.stdout.count("test_auc") == 1
+    assert "sharding plan over 2 ranks" in proc.stderr
     assert len(list(results.rglob("*.json"))) == 1, "rank 0 alone writes results"
     client = MlflowClient(uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
@@ -169,13 +173,13 @@ def test_row_wise_and_column_wise_plans_run(isolated: Path) -> None:
 def test_half_precision_codec_goes_through_torchrec_quantized_all_to_all(isolated: Path) -> None:
     config_path, _ = _one_process(isolated, ["comm.codec=bf16"])
     out = isolated / "dist.json"
-    stdout = _distributed(isolated, config_path, ["--no-tracking"], out)
+    proc = _distributed(isolated, config_path, ["--no-tracking"], out)
     result = json.loads(out.read_text())
     # gloo has no bf16 collectives: TorchRec sends fp16 on CPU, and the plan says so
     assert result["details"]["sharding_plan"]["all_to_all"].startswith(
         "TorchRec quantized comms, fp16"
     )
-    assert "embedding all-to-all: TorchRec quantized comms, fp16" in stdout
+    assert "embedding all-to-all: TorchRec quantized comms, fp16" in proc.stderr
     metrics = result["metrics"]
     assert 0.0 < metrics["test_auc"] < 1.0
     # counted on TorchRec's codec: fp32 payloads in, fp16 on the wire, forward and backward

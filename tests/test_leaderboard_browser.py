@@ -171,7 +171,7 @@ def test_page_sorts_filters_charts_and_runs_no_injected_script(
         CRITEO,
     )
     assert any(HOSTILE in t for t in titles)
-    assert any("95% CI" in t for t in titles)
+    assert any("90% CI" in t for t in titles)
     assert _circles(browser, CRITEO) == 3
     assert _error_bars(browser, CRITEO) == 3
     # a one-entry board has nothing to compare: no chart

@@ -21,6 +21,7 @@ from suite.cli import main
 from suite.config import stable_hash
 from suite.leaderboard import history
 from suite.leaderboard.history import ADDED_SINCE, ResultChange, recorded_hash, resolve_recorded
+from suite.leaderboard.ranking import LEVEL
 from suite.leaderboard.render import INDEX, Item, groups, render_html, render_markdown
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.submit import build_submission, write_submission
@@ -185,8 +186,8 @@ def test_boards_on_different_rows_get_different_keys_and_titles() -> None:
     text = render_markdown([Item(s.filename(), s) for s in (small, large)])
     titles = [line for line in text.splitlines() if line.startswith("## ")]
     assert titles == [  # boards in key order: fingerprint 5454... before 5b5b...
-        "## criteo-synth · 400k train rows · accuracy",
-        "## criteo-synth · 100k train rows · accuracy",
+        "## criteo-synth · 400k train rows · accuracy · budget 1",
+        "## criteo-synth · 100k train rows · accuracy · budget 1",
     ]
 
 
@@ -283,7 +284,7 @@ def test_page_links_each_entry_to_its_config_and_record_and_draws_ci_bars() -> N
     assert len(page.svgs) == 1 and page.svgs[0] == f"chart-{chart['id']}"
     for point in chart["points"]:
         (item,) = [i for i in items[:2] if f"{i.sub.model} + {i.sub.embedding}" == point["label"]]
-        ci = mean_ci(item.values("test_auc"))
+        ci = mean_ci(item.values("test_auc"), LEVEL)  # the board's level, 90%
         assert (point["ci_low"], point["ci_high"]) == pytest.approx((ci.low, ci.high))
         assert point["ci_low"] < point["quality"] < point["ci_high"]
 

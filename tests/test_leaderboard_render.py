@@ -39,12 +39,15 @@ HOSTILE_NOTES = (
 
 
 def sample_items() -> list[Item]:
-    """Three entries on one board (different memory and AUC), one on another dataset."""
+    """Three entries on one board (different memory and AUC, all in budget 1: more than
+    half the full tables' bytes), one on another dataset."""
     subs = [
         make_submission("Ada", embedding="full", auc=0.74, memory=6_000_000.0),
-        make_submission(HOSTILE, embedding="hash", auc=0.72, memory=600_000.0, notes=HOSTILE_NOTES),
         make_submission(
-            "Grace", embedding="qr", auc=0.73, memory=900_000.0, paper="https://example.org/qr"
+            HOSTILE, embedding="hash", auc=0.72, memory=3_200_000.0, notes=HOSTILE_NOTES
+        ),
+        make_submission(
+            "Grace", embedding="qr", auc=0.73, memory=4_500_000.0, paper="https://example.org/qr"
         ),
         make_submission("Lin", dataset="avazu-synth", auc=0.70, fingerprint="cd" * 32),
     ]
@@ -212,7 +215,11 @@ def test_markdown_tables_parse_with_every_cell_under_gfm() -> None:
     """A ``|`` in a paper URL (valid in a URL), in notes or in a name never adds or drops a
     cell: each row has the header's cells and the link still points where it should."""
     piped = make_submission(
-        "Pipe | Co", embedding="hash", auc=0.72, paper="https://example.org/a|b?q=(1)"
+        "Pipe | Co",
+        embedding="hash",
+        auc=0.72,
+        memory=3_100_000.0,
+        paper="https://example.org/a|b?q=(1)",
     )
     items = [*sample_items(), Item(piped.filename(), piped)]
     text = render_markdown(items)
@@ -261,14 +268,14 @@ def test_intervals_show_significant_digits() -> None:
     item = Item("x.json", sub.model_copy(update={"seeds": seeds}))
     (group,) = groups([item])
     text = dict((c.key, cell.text) for c, cell in row_cells(group, 1, item))["test_auc"]
-    assert text == "0.740020 ± 0.000050", text
+    assert text == "0.740020 ± 0.000034", text  # the 90% half-width: t(0.95, 2) x 2e-5/sqrt(3)
 
 
 def test_unverified_entries_never_rank_first_and_ties_are_marked() -> None:
     """A made-up but self-consistent entry with the best AUC shows below the verified ones,
     unranked; entries shown within 0.001 AUC of #1 (TOST, paired by seed) say tie, and
     those the seeds cannot place say undecided with the seeds they would need."""
-    fake = make_submission("Mallory", embedding="qr", auc=0.99)
+    fake = make_submission("Mallory", embedding="qr", auc=0.99, memory=4_000_000.0)
     items = [Item(i.file, i.sub, verified=i.sub.submitter != "Lin") for i in sample_items()] + [
         Item(fake.filename(), fake)
     ]
@@ -284,7 +291,7 @@ def test_unverified_entries_never_rank_first_and_ties_are_marked() -> None:
     assert rows["Mallory"]["versus"].startswith("better (p")  # better, but not ranked above
     # the three sample entries differ by 0.01 AUC at the same seed spread: distinguishable
     assert rows["Grace"]["versus"].startswith("worse (p")
-    close = make_submission("Close", embedding="hash", auc=0.7395)
+    close = make_submission("Close", embedding="hash", auc=0.7395, memory=3_300_000.0)
     items.append(Item(close.filename(), close, verified=True))
     criteo = groups(items)[1]
     rows = {
@@ -317,7 +324,7 @@ def test_p_values_read_as_relations(p: float, text: str) -> None:
 
 def test_vs_first_column_never_writes_p_equals_less_than() -> None:
     """The "vs #1" cells say ``worse (p<0.001)``, never ``p=<0.001``, in both renderings."""
-    fake = make_submission("Mallory", embedding="qr", auc=0.99)
+    fake = make_submission("Mallory", embedding="qr", auc=0.99, memory=4_000_000.0)
     items = [*sample_items(), Item(fake.filename(), fake)]
     criteo = groups(items)[1]
     texts = [dict((c.key, cell.text) for c, cell in row)["versus"] for row in board_rows(criteo)]

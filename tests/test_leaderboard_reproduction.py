@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from suite.cli import main
+from suite.leaderboard.ranking import budget_text
 from suite.leaderboard.render import groups
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.validate import validate
@@ -156,9 +157,15 @@ def test_the_shipped_board_holds_the_reproductions_verified() -> None:
     }
     assert curve_points() <= entered
     assert {m for _, m in curve_points()} == CURVE_METHODS
-    # the curve's runs and the standard profile's share one board (same data)
-    (board_of_curve,) = [g for g in groups_of(report) if curve[0] in [i.sub for i in g.items]]
-    assert {i.sub.embedding for i in board_of_curve.items} >= CURVE_METHODS | {"full"}
+    # the curve's runs and the standard profile's share the boards of their data, one per
+    # budget: each entry on the board of the budget its notes give, every method on one
+    on_boards = [g for g in groups_of(report) if g.fingerprint == curve[0].data_fingerprint]
+    assert len(on_boards) >= 6 and all(g.budget is not None for g in on_boards)
+    for g in on_boards:
+        for item in g.items:
+            noted = (item.sub.notes or "").split("Budget ")
+            assert budget_text(g.budget) == (noted[1].split(":")[0] if len(noted) > 1 else "1")
+    assert {i.sub.embedding for g in on_boards for i in g.items} >= CURVE_METHODS | {"full"}
 
 
 def groups_of(report):

@@ -9,7 +9,14 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from suite.leaderboard.ranking import Group, Item, groups, versus_best
+from suite.leaderboard.ranking import (
+    LEVEL_TEXT,
+    Group,
+    Item,
+    budget_text,
+    groups,
+    versus_best,
+)
 from suite.leaderboard.schema import FILENAME_PATTERN, Submission
 from suite.results import MetricSpec
 from suite.stats import Interval
@@ -18,7 +25,7 @@ from suite.units import format_cell
 
 def metric_cell(spec: MetricSpec, interval: Interval) -> str:
     """A metric's cell: sizes in bytes and counts (the same on every seed) in human units,
-    other figures as mean ± 95% CI half-width (samples/s with thousands separated)."""
+    other figures as mean ± 90% CI half-width (samples/s with thousands separated)."""
     size = spec.kind == "size" and spec.unit == "bytes"
     thousands = spec.unit == "samples/s"
     spread = interval.half_width
@@ -115,14 +122,14 @@ def row_cells(group: Group, rank: int | None, item: Item) -> Row:
 
 
 def metric_cells(group: Group, item: Item) -> Row:
-    """The board's metrics for ``item``: mean ± 95% CI half-width, ``–`` where it has none."""
+    """The board's metrics for ``item``: mean ± 90% CI half-width, ``–`` where it has none."""
     cells = []
     for name in group.metrics:
         spec = group.spec(name)
         column = Column(
             name,
             metric_header(spec, name),
-            f"{name}: {direction_text(spec)}; mean ± 95% CI half-width over the seeds",
+            f"{name}: {direction_text(spec)}; mean ± {LEVEL_TEXT} CI half-width over the seeds",
             name in group.shown,
         )
         summary = item.sub.metrics.get(name)
@@ -180,7 +187,9 @@ def count_text(n: int) -> str:
     return str(n)
 
 
-def base_title(group: Group) -> str:
+def data_title(group: Group) -> str:
+    """What the board's data and task are: dataset, protocol (when not the default),
+    training rows (else the data fingerprint) and task."""
     parts = [group.dataset]
     if group.protocol != "default":
         parts.append(f"{group.protocol} protocol")
@@ -188,7 +197,15 @@ def base_title(group: Group) -> str:
         parts.append(f"{count_text(group.train_rows)} train rows")
     else:
         parts.append(f"data {group.fingerprint[:12]}")
-    return " · ".join([*parts, group.task])
+    parts.append(group.task)
+    return " · ".join(parts)
+
+
+def base_title(group: Group) -> str:
+    """:func:`data_title` and the board's budget, if it has one."""
+    if group.budget is None:
+        return data_title(group)
+    return f"{data_title(group)} · budget {budget_text(group.budget)}"
 
 
 def board_of_submission(sub: Submission) -> str:
@@ -199,18 +216,30 @@ def board_of_submission(sub: Submission) -> str:
 
 def group_titles(boards: list[Group]) -> dict[str, str]:
     """Board id -> title naming what it compares: dataset, protocol (when not the default),
-    training rows (else the data fingerprint) and task, e.g. ``criteo-synth · 400k train
-    rows · accuracy``; boards that would share a title also name their data fingerprint."""
-    base = {g.gid: base_title(g) for g in boards}
-    seen: dict[str, int] = {}
-    for title in base.values():
-        seen[title] = seen.get(title, 0) + 1
+    training rows (else the data fingerprint), task and budget, e.g. ``criteo-synth · 400k
+    train rows · accuracy · budget 1/4``; where boards of one such data title hold more than
+    one data fingerprint, each of them also names its fingerprint."""
+    prints: dict[str, set[str]] = {}
+    for g in boards:
+        prints.setdefault(data_title(g), set()).add(g.fingerprint)
     return {
-        g.gid: base[g.gid]
-        if seen[base[g.gid]] == 1 or g.train_rows is None
-        else f"{base[g.gid]} · data {g.fingerprint[:12]}"
+        g.gid: base_title(g)
+        if len(prints[data_title(g)]) == 1 or g.train_rows is None
+        else f"{base_title(g)} · data {g.fingerprint[:12]}"
         for g in boards
     }
+
+
+def budget_meta(group: Group) -> str:
+    """What the board's budget admits, or ``""`` for a board not split by budget."""
+    if group.budget is None:
+        return ""
+    if group.budget == 0:
+        admits = "more than 1/2 of its model's full tables' total embedding bytes"
+    else:
+        low, high = budget_text(group.budget + 1), budget_text(group.budget)
+        admits = f"at most {high}, and more than {low}, of its model's full tables' total embedding bytes"
+    return f"Budget {budget_text(group.budget)}: each entry takes {admits} on this data. "
 
 
 def group_meta(group: Group) -> str:
@@ -218,11 +247,12 @@ def group_meta(group: Group) -> str:
     rows = "" if group.train_rows is None else f"{group.train_rows:,} train rows, "
     return (
         f"Protocol {group.protocol}, {rows}data fingerprint {group.fingerprint[:12]}. "
-        f"Ranked by {spec.label_for(group.primary)} ({direction_text(spec)}); verified entries "
+        + budget_meta(group)
+        + f"Ranked by {spec.label_for(group.primary)} ({direction_text(spec)}); verified entries "
         "rank first, stale ones (this suite can no longer re-run them as recorded) and "
         "unverified ones (no re-run has reproduced them yet) follow without a rank. Figures "
-        "are the mean ± the half-width of the 95% Student-t confidence "
-        "interval over the seeds. vs #1: the primary metric against the #1 entry, paired by "
+        f"are the mean ± the half-width of the {LEVEL_TEXT} Student-t confidence "
+        "interval over the seeds (the level of the one-sided 5% tests). vs #1: the primary metric against the #1 entry, paired by "
         "seed (Welch's variance where the seeds differ), by the reproductions' rule: worse "
         "or better by more than the field's margin (0.001 for AUC and log loss) in a "
         "one-sided test at 5%, tie when TOST shows it within the margin, else undecided "

@@ -81,7 +81,9 @@ def render_markdown(items: list[Item]) -> str:
         "entries); until then it is listed below the verified entries,",
         "without a rank; *stale* entries (this suite can no longer re-run them as recorded)",
         "are listed there too. Each board holds entries on one dataset, protocol, data",
-        "fingerprint and task only; its title says which.",
+        "fingerprint, task and memory budget only; its title says which. A budget 1/2^k",
+        "holds the entries whose total embedding bytes are at most 1/2^k, and more than",
+        "1/2^(k+1), of their model's full tables on that data (budget 1: more than 1/2).",
         "",
     ]
     if not boards:

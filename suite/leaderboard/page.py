@@ -27,7 +27,7 @@ import yaml
 from markupsafe import Markup
 
 from suite.leaderboard.board import Cell, Column, board_rows, group_meta, group_titles
-from suite.leaderboard.ranking import MEMORY_METRIC, Group, Item, groups
+from suite.leaderboard.ranking import LEVEL_TEXT, MEMORY_METRIC, Group, Item, groups
 
 TEMPLATES = files("suite.leaderboard") / "templates"
 WIDE_CHART = 12
@@ -84,6 +84,7 @@ def chart_data(boards: list[Group]) -> dict[str, object]:
                 "quality": group.spec(group.primary).label_for(group.primary),
                 "higher_is_better": group.higher_is_better,
                 "memory": group.spec(MEMORY_METRIC).label_for(MEMORY_METRIC),
+                "level": LEVEL_TEXT,
                 "points": points,
             }
         )
@@ -181,6 +182,7 @@ def board_view(group: Group, title: str) -> dict[str, Any]:
             "direction": "higher" if group.higher_is_better else "lower",
             "quality": group.spec(group.primary).label_for(group.primary),
             "memory": group.spec(MEMORY_METRIC).label_for(MEMORY_METRIC),
+            "level": LEVEL_TEXT,
         }
     entries = []
     for n, (item, row) in enumerate(zip(group.items, rows, strict=True)):

@@ -1,18 +1,21 @@
 """A leaderboard's boards: entries grouped by what they compare, and ranked.
 
-One board per dataset x task x protocol x data fingerprint, so a board only ever compares
-runs on the same data; verified entries rank first by the task's primary metric, and each
+One board per dataset x task x protocol x data fingerprint x memory budget, so a board only
+ever compares runs on the same data at the same budget (the tightest 1/2^k of its model's
+full tables' total embedding bytes that an entry fits; one board for all where the data has
+no full-table entry); verified entries rank first by the task's primary metric, and each
 entry is compared with the board's #1 by the reproductions' rule (:mod:`suite.decisions`,
 through :func:`suite.decisions.seed_comparison`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.decisions import seed_comparison
+from suite.decisions import INTERVAL_LEVEL, seed_comparison
 from suite.leaderboard.metrics import primary_metric, spec_for
 from suite.leaderboard.schema import FILENAME_PATTERN, Submission, slug
 from suite.leaderboard.verified import Verification
@@ -20,6 +23,11 @@ from suite.results import MetricSpec
 from suite.stats import Interval, format_p, mean_ci
 
 MEMORY_METRIC = "embedding_bytes"
+LEVEL = INTERVAL_LEVEL
+LEVEL_TEXT = f"{LEVEL:.0%}"
+BUDGET_METRICS = ("embedding_total_bytes", MEMORY_METRIC)
+"""What a budget counts: an entry's total embedding bytes (tables, optimizer state and
+auxiliary buffers, as the curve's budgets do), its table bytes where it has no total."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +61,9 @@ class Item:
         return [run.metrics[metric] for run in self.sub.seeds if metric in run.metrics]
 
     def interval(self, metric: str) -> Interval:
-        """Mean and 95% Student-t CI of ``metric`` over the submission's seeds."""
-        return mean_ci(self.values(metric))
+        """Mean and 90% Student-t CI (:data:`LEVEL`, the level of every comparison the
+        suite makes: two one-sided 5% tests) of ``metric`` over the submission's seeds."""
+        return mean_ci(self.values(metric), LEVEL)
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,7 @@ class Group:
     fingerprint: str
     task: str
     train_rows: int | None
+    budget: int | None  # k of the budget 1/2^k of full tables' bytes; None: not split
     primary: str
     metrics: list[str]
     shown: frozenset[str]
@@ -90,8 +100,11 @@ class Group:
 
     @property
     def key(self) -> str:
-        """What the board compares: ``dataset/protocol/task/fingerprint-short``."""
-        return "/".join((self.dataset, self.protocol, self.task, self.fingerprint[:12]))
+        """What the board compares: ``dataset/protocol/task/fingerprint-short[/budget-k]``."""
+        parts = [self.dataset, self.protocol, self.task, self.fingerprint[:12]]
+        if self.budget is not None:
+            parts.append(f"budget-{self.budget}")
+        return "/".join(parts)
 
     @property
     def best(self) -> Item:
@@ -121,24 +134,73 @@ def train_rows(sub: Submission) -> int | None:
     return rows if isinstance(rows, int) and not isinstance(rows, bool) else None
 
 
+def budget_exponent(total: float, reference: float) -> int:
+    """``k`` of the tightest budget 1/2^k of ``reference`` bytes that ``total`` bytes fit:
+    the largest k with 2^-k >= total/reference (0 at or above the reference)."""
+    return max(0, math.floor(math.log2(reference / total) + 1e-3))
+
+
+def budget_text(k: int) -> str:
+    """``1``, ``1/2``, ``1/4``, ...: the budget 1/2^k as a fraction."""
+    return "1" if k == 0 else f"1/{2**k}"
+
+
+def budget_bytes(sub: Submission) -> float | None:
+    """The bytes a budget counts for ``sub`` (:data:`BUDGET_METRICS`), None without them."""
+    for name in BUDGET_METRICS:
+        if name in sub.metrics:
+            return float(sub.metrics[name].mean)
+    return None
+
+
+def budgets(members: list[Item]) -> dict[str, int | None]:
+    """Each member's budget exponent (by file) against the largest full-table entry of its
+    model among ``members``; None for a member without such a reference or without bytes.
+    All None when no member is a full-table entry."""
+    references: dict[str, float] = {}
+    for item in members:
+        total = budget_bytes(item.sub)
+        if item.sub.embedding == "full" and total:
+            references[item.sub.model] = max(references.get(item.sub.model, 0.0), total)
+    out: dict[str, int | None] = {}
+    for item in members:
+        total, reference = budget_bytes(item.sub), references.get(item.sub.model)
+        out[item.file] = budget_exponent(total, reference) if total and reference else None
+    return out
+
+
+BoardKey = tuple[str, str, str, str, int]
+
+
 def groups(items: Iterable[Item]) -> list[Group]:
-    """Boards in a fixed order (dataset, task, protocol, then the most training rows first),
-    keyed by dataset, task, protocol and data fingerprint, each
-    ranked: verified entries first, then stale and unverified ones, each by the primary
-    metric's mean."""
-    by_key: dict[tuple[str, str, str, str], list[Item]] = {}
+    """Boards in a fixed order (dataset, task, protocol, the most training rows first, then
+    the largest budget first), keyed by dataset, task, protocol, data fingerprint and
+    budget, each ranked: verified entries first, then stale and unverified ones, each by the
+    primary metric's mean."""
+    by_data: dict[tuple[str, str, str, str], list[Item]] = {}
     for item in sorted(items, key=lambda i: i.file):
         s = item.sub
-        by_key.setdefault((s.dataset, s.task, s.protocol, s.data_fingerprint), []).append(item)
+        by_data.setdefault((s.dataset, s.task, s.protocol, s.data_fingerprint), []).append(item)
+    by_key: dict[BoardKey, list[Item]] = {}
+    unsplit = -1  # the budget key of a board that is not split (no full-table reference)
+    for data, members in by_data.items():
+        found = budgets(members)
+        for item in members:
+            k = found[item.file]
+            by_key.setdefault((*data, unsplit if k is None else k), []).append(item)
     out = []
 
-    def order(entry: tuple[tuple[str, str, str, str], list[Item]]) -> tuple:
+    def order(entry: tuple[BoardKey, list[Item]]) -> tuple:
         # by dataset, task and protocol; within them the most training rows first
-        (dataset, task, protocol, fingerprint), members = entry
-        rows = max((train_rows(i.sub) or 0 for i in members), default=0)
-        return (dataset, task, protocol, -rows, fingerprint)
+        (dataset, task, protocol, fingerprint, k), members = entry
+        rows = max(
+            (train_rows(i.sub) or 0 for i in by_data[dataset, task, protocol, fingerprint]),
+            default=0,
+        )
+        return (dataset, task, protocol, -rows, fingerprint, k == unsplit, k)
 
-    for (dataset, task, protocol, fingerprint), members in sorted(by_key.items(), key=order):
+    for (dataset, task, protocol, fingerprint, k), members in sorted(by_key.items(), key=order):
+        budget = None if k == unsplit else k
         shared = set.intersection(*(set(i.sub.metrics) for i in members))
         primary = choose_primary(task, shared, [i.sub for i in members])
         sign = -1.0 if members[0].sub.metrics[primary].higher_is_better else 1.0
@@ -154,14 +216,16 @@ def groups(items: Iterable[Item]) -> list[Group]:
         shown = frozenset(m for m in names if spec_for(task, m).shown) | {primary}
         ordered = sorted(names, key=lambda m: (m not in shown, m))
         rows = {train_rows(i.sub) for i in members}
+        tail = "" if budget is None else f"-budget-{budget}"
         out.append(
             Group(
-                "board-" + slug(f"{dataset}-{protocol}-{task}-{fingerprint[:12]}"),
+                "board-" + slug(f"{dataset}-{protocol}-{task}-{fingerprint[:12]}{tail}"),
                 dataset,
                 protocol,
                 fingerprint,
                 task,
                 rows.pop() if len(rows) == 1 else None,
+                budget,
                 primary,
                 [primary, *ordered],
                 shown,

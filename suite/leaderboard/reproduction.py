@@ -20,7 +20,6 @@ entry records the latest and its notes say how many there were.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 from suite.config import stable_hash
 from suite.errors import SuiteError
 from suite.leaderboard import SUBMISSIONS
+from suite.leaderboard.ranking import budget_exponent, budget_text
 from suite.leaderboard.schema import Submission
 from suite.leaderboard.submit import build_submission, load_result_file, write_submission
 from suite.leaderboard.validate import load_submission
@@ -126,9 +126,8 @@ def budget_note(result: TaskResult, full: dict[tuple[str, str], float]) -> str:
     total = result.metrics.get(MEMORY)
     if not reference or not total or result.embedding == "full":
         return ""
+    budget = budget_text(budget_exponent(total, reference))
     share = total / reference
-    k = max(0, math.floor(math.log2(1 / share) + 1e-3))
-    budget = "1" if k == 0 else f"1/{2**k}"
     return f" Budget {budget}: {share:.3f} of full's total embedding bytes ({total:,.0f} of {reference:,.0f})."
 
 

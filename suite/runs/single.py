@@ -4,6 +4,7 @@ MLflow by its run record (:mod:`suite.runs.record`)."""
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -303,12 +304,13 @@ def _train(
 
 
 def _show_plan(plan: Any, leader: bool) -> str:
-    """The sharding plan as text, printed by the leader."""
+    """The sharding plan as text, shown by the leader on stderr (stdout carries the
+    result only; the plan is also the run's ``sharding_plan.txt`` artifact)."""
     from suite.engine.planning import format_plan
 
     text = format_plan(plan)
     if leader:
-        print(text, flush=True)
+        print(text, file=sys.stderr, flush=True)
     return text
 
 

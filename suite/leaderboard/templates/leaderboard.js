@@ -162,7 +162,7 @@
     points.forEach(function (p) {
       var g = node("g", {"class": "entry", "data-row": p.row, "data-label": p.label});
       var cx = at[p.row], cy = sy(p.quality);
-      // the 95% CI over the seeds: a vertical bar with caps
+      // the CI over the seeds (chart.level): a vertical bar with caps
       var lo = sy(p.ci_low), hi = sy(p.ci_high);
       [[cx, lo, cx, hi], [cx - 4, lo, cx + 4, lo], [cx - 4, hi, cx + 4, hi]].forEach(function (s) {
         g.appendChild(node("line", {"class": "errorbar", x1: s[0].toFixed(1), y1: s[1].toFixed(1),
@@ -172,7 +172,7 @@
                                 cx: cx.toFixed(1), cy: cy.toFixed(1), r: 5});
       dot.appendChild(node("title", {}, p.label + " by " + p.submitter +
                            (p.verified ? "" : " (" + p.status + ")") + ": " + chart.quality +
-                           " " + p.quality.toFixed(4) + " (95% CI " + p.ci_low.toFixed(4) +
+                           " " + p.quality.toFixed(4) + " (" + chart.level + " CI " + p.ci_low.toFixed(4) +
                            " to " + p.ci_high.toFixed(4) + "), " + humanBytes(p.memory)));
       g.appendChild(dot);
       svg.appendChild(g);
