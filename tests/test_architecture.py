@@ -110,7 +110,7 @@ REPRODUCE_FLOORS: list[set[str]] = [
     {"spec", "regime_stats"},  # the specs' schema; a regime's data figures
     {"claims", "tuned"},  # judging claims on figures; tuned values beside the spec
     {"store", "plan"},  # results on disk; the one ReproductionPlan
-    {"outcome"},  # what a reproduction found
+    {"outcome", "costs"},  # what a reproduction found; what its jobs will cost
     {"judge", "curve"},  # claims judged on the runs; the curve's ranking
     {"plots", "report", "runner", "tuning"},  # figures, REPORT.md, the jobs, the studies
     {"regime_runs"},  # the regime profile's reproductions

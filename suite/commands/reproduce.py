@@ -91,6 +91,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "block still asks for keep them, and only the others are tuned)",
     )
     parser.add_argument("--storage", help="--tune: Optuna storage URL (default: one per study)")
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="train nothing, prepare no data: print each run's memory (parameters, optimizer "
+        "state, activations) against its device's, its expected time from the training rates "
+        "of the stored runs, and the device-hours and wall time for --workers. A real run "
+        "checks the same memory first and stops (exit 2) before training a job that cannot "
+        "fit. RECSUITE_DEVICE_MEMORY=64GiB stands in for every device's memory",
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -130,6 +139,7 @@ def handle(args: argparse.Namespace) -> int:
     from suite.environment import git_commit
     from suite.errors import ConfigError
     from suite.fileio import write_text_atomic
+    from suite.reproduce.costs import check_fit, plan_costs
     from suite.reproduce.plan import build_plan
     from suite.reproduce.plots import draw_plots
     from suite.reproduce.report import (
@@ -183,12 +193,15 @@ def handle(args: argparse.Namespace) -> int:
         "report_dir": out_dir,
         "from_results": from_results,
     }
+    if args.plan:
+        return print_plan(args, overrides)
     if args.profile == "regime":
         from suite.commands.regime import handle_regime
 
         return handle_regime(args.paper, args.claim, overrides, **run)
     if from_results is None:
         plan = build_plan(args.profile, args.paper, args.claim, overrides)
+        check_fit(plan_costs(plan, args.workers, rates=False))  # before any training
         reproduction = reproduce(
             plan,
             out_dir,
@@ -238,3 +251,121 @@ def rerun_job(args: argparse.Namespace, out_dir: object, overrides: dict) -> int
     for line in found:
         print(f"  {line}")
     return 1
+
+
+def print_plan(args: argparse.Namespace, overrides: dict) -> int:
+    """``--plan``: each profile's (each regime's) costs, trained and prepared nothing."""
+    from suite.reproduce.costs import plan_costs, shape_cardinalities
+    from suite.reproduce.plan import build_plan
+
+    if args.from_results is not None or args.rerun or args.tune:
+        from suite.errors import ConfigError
+
+        raise ConfigError("--plan: not with --from-results, --rerun or --tune (it trains nothing)")
+    if args.profile == "regime":
+        from suite.reproduce.regime_runs import load_regimes, regime_plans
+
+        plans = regime_plans(args.paper, args.claim, overrides, load_regimes(), shape_cardinalities)
+    else:
+        plans = {
+            "": build_plan(args.profile, args.paper, args.claim, overrides, shape_cardinalities)
+        }
+    for name, plan in plans.items():
+        title = f"{args.profile} (regime {name})" if name else args.profile
+        for line in plan_lines(title, plan, plan_costs(plan, args.workers)):
+            print(line)
+    return 0
+
+
+def _hours(seconds: float) -> str:
+    """``12 s``, ``4.5 min``, ``3.20 h``."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds / 60:.1f} min"
+
+
+def plan_lines(title: str, plan: object, costs: object) -> list[str]:
+    """The plan as text: the data's sizes, each device's memory, a row per run (its seeds'
+    jobs alike) and the totals."""
+    from tabulate import tabulate
+
+    from suite.reproduce.costs import PlanCosts, ReproductionPlan, rate_advice
+    from suite.units import human_bytes, human_count
+
+    assert isinstance(costs, PlanCosts) and isinstance(plan, ReproductionPlan)
+    runs = costs.runs
+    jobs = sum(r.seeds for r in runs)
+    lines = [
+        f"plan: profile {title}, {len(runs)} runs x {len(plan.seeds)} seeds = {jobs} jobs, "
+        f"{costs.workers} workers; nothing trained, no data prepared"
+    ]
+    for name, shape in costs.shapes.items():
+        lines.append(
+            f"data {name}: {sum(shape.cardinalities):,} embedding rows over "
+            f"{len(shape.cardinalities)} features, {shape.train_rows:,} train rows "
+            f"({shape.source})"
+        )
+    for device in {r.device.kind: r.device for r in runs}.values():
+        have = "unknown" if device.available is None else human_bytes(device.available)
+        lines.append(f"device {device.kind}: memory {have} ({device.source})")
+    for paper, run_id in plan.unreachable:
+        lines.append(f"unreachable {paper}/{run_id}: {plan.unreachable[(paper, run_id)]}")
+    rows = []
+    for r in runs:
+        m = r.memory
+        have = r.device.available
+        share = "" if have is None else f"{m.total / have:.1%}"
+        rows.append(
+            [
+                r.label,
+                r.seeds,
+                human_bytes(m.total),
+                human_bytes(m.embedding),
+                human_bytes(m.dense + m.gradients + m.dense_optimizer),
+                human_bytes(m.activations),
+                share if r.fits else f"{share} DOES NOT FIT",
+                human_count(r.steps),
+                "-" if r.seconds is None else _hours(r.seconds),
+                "-" if r.rate is None else f"{r.rate.samples_per_s:,.0f}",
+            ]
+        )
+    headers = [
+        "run",
+        "seeds",
+        "memory",
+        "embedding",
+        "dense+grad+opt",
+        "activations",
+        "of device",
+        "steps",
+        "time/job",
+        "samples/s",
+    ]
+    lines += tabulate(rows, headers=headers, disable_numparse=True).splitlines()
+    peak = max((r.memory.total for r in runs), default=0)
+    lines.append(
+        f"memory: largest job {human_bytes(peak)}; embedding = the method's parameters, "
+        "auxiliary and sparse optimizer state; activations x3 for backward, or one "
+        "evaluation batch"
+    )
+    device_h = costs.device_seconds / 3600
+    lines.append(
+        "time: training steps x batch / the samples/s of stored runs of the same device "
+        "kind and method (steps at most: early stopping may end a run sooner; "
+        "evaluation not counted)"
+    )
+    sources = sorted({r.rate.source for r in runs if r.rate is not None})
+    for source in sources[:6]:
+        lines.append(f"  rate from {source}")
+    if len(sources) > 6:
+        lines.append(f"  ... and {len(sources) - 6} more sources")
+    unrated = {r.config.device for r in runs if r.rate is None}
+    for device in sorted(unrated):
+        count = sum(r.seeds for r in runs if r.rate is None and r.config.device == device)
+        lines.append(f"  {count} {device} jobs: {rate_advice(device)}")
+    partial = f" (+ {costs.unrated_jobs} jobs without a rate)" if costs.unrated_jobs else ""
+    lines.append(
+        f"device-hours: {device_h:.2f}{partial}, one device (a core or a GPU) per job; "
+        f"wall time on {costs.workers} workers: {_hours(costs.wall_seconds)}{partial}"
+    )
+    return lines

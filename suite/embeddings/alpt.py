@@ -202,7 +202,9 @@ class ALPTEmbedding(SelfUpdating):
         offsets = [0]
         for n in self.cardinalities[:-1]:
             offsets.append(offsets[-1] + n)
-        self.generator = torch.Generator(device=device).manual_seed(context.seed)
+        # a meta-device build (memory estimates, suite.reproduce.costs) draws on the CPU
+        where = "cpu" if device.type == "meta" else device
+        self.generator = torch.Generator(device=where).manual_seed(context.seed)
         bounds = torch.cat(
             [torch.full((n,), math.sqrt(1.0 / n)) for n in self.cardinalities]
         ).unsqueeze(1)

@@ -32,6 +32,30 @@ class BudgetUnreachable(ConfigError):
     """A method cannot come down to a budget (the message says how low it goes)."""
 
 
+def sized_method(
+    name: str,
+    options: dict[str, Any],
+    cardinalities: Sequence[int],
+    optimizer: SparseOptimizer = "rowwise_adagrad",
+) -> EmbeddingMethod:
+    """Method ``name`` built with ``options`` for features of ``cardinalities [F]``, for
+    its sizes: on the meta device (every tensor its real shape and dtype, no values, so a
+    Criteo Kaggle-sized table costs nothing), or on the CPU where building reads values
+    (TT-Rec's sampled initialisation)."""
+    cls: type[EmbeddingMethod] = EMBEDDINGS.get(name)
+    typed = cls.Options.model_validate(options)
+    for device in (torch.device("meta"), torch.device("cpu")):
+        context = EmbeddingContext(list(cardinalities), device, seed=0, sparse_optimizer=optimizer)
+        if device.type == "cpu":
+            return cls(typed, context)
+        try:
+            with device:  # tensors made without a device (initial values) are meta too
+                return cls(typed, context)
+        except (RuntimeError, NotImplementedError):
+            continue
+    raise AssertionError("unreachable")
+
+
 def built_bytes(
     name: str,
     options: dict[str, Any],
@@ -39,12 +63,9 @@ def built_bytes(
     optimizer: SparseOptimizer = "rowwise_adagrad",
 ) -> int:
     """Total bytes (parameters + auxiliary + optimizer) of method ``name`` built with
-    ``options`` on the CPU for features of ``cardinalities [F]``: its real tensors."""
-    cls: type[EmbeddingMethod] = EMBEDDINGS.get(name)
-    context = EmbeddingContext(
-        list(cardinalities), torch.device("cpu"), seed=0, sparse_optimizer=optimizer
-    )
-    return cls(cls.Options.model_validate(options), context).memory().total
+    ``options`` for features of ``cardinalities [F]``: its real tensors' sizes
+    (:func:`sized_method`)."""
+    return sized_method(name, options, cardinalities, optimizer).memory().total
 
 
 def full_bytes(
