@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -94,8 +95,10 @@ class LoopbackCluster:
         self.groups[name] = proc.pid
 
     def start(self) -> LoopbackCluster:
-        temp = self.workdir / "ray"
-        temp.mkdir(parents=True, exist_ok=True)
+        # Ray's AF_UNIX sockets live under the temp dir and may not exceed 107 bytes: a
+        # pytest tmp_path (long test names) is too deep, so the head's temp dir is short
+        temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+        self.temp = temp
         self._start(
             "head",
             [
@@ -156,6 +159,9 @@ class LoopbackCluster:
     def stop(self) -> None:
         for name in list(self.groups):
             self._kill(name)
+        temp = getattr(self, "temp", None)
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
 
     def __enter__(self) -> LoopbackCluster:
         return self.start()

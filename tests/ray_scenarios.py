@@ -156,7 +156,41 @@ def reproduce_both(workdir: Path) -> dict[str, Any]:
     return {"local": local, "ray": on_ray, "node_prepared": node_cache.is_dir()}
 
 
-SCENARIOS = {"placement": placement, "node_lost": node_lost, "reproduce": reproduce_both}
+def study_on_ray(workdir: Path) -> dict[str, Any]:
+    """``suite study FILE --executor ray --address`` on the loopback cluster: six trials
+    of the tiny study, the storage (SQLite) on the driver; what the storage and MLflow hold."""
+    import optuna
+
+    from suite.cli import main
+    from suite.studies.on_ray import RAN_ON_ATTR
+    from suite.studies.worker import METRICS_ATTR
+    from tests.test_study import finished_runs, tiny_study, write_study
+
+    study = tiny_study(workdir, name="on-ray", n_trials=6)
+    path = write_study(workdir, study)
+    out = workdir / "study-out"
+    with LoopbackCluster(workdir) as cluster:
+        args = ["study", str(path), "--executor", "ray", "--address", cluster.address]
+        code = main([*args, "--quiet", "--out", str(out)])
+    loaded = optuna.load_study(study_name="on-ray", storage=f"sqlite:///{out / 'optuna.db'}")
+    trials = loaded.get_trials(deepcopy=False)
+    _, children = finished_runs(study["base"]["tracking"]["uri"], "on-ray")
+    return {
+        "code": code,
+        "states": [t.state.name for t in trials],
+        "nodes": [t.user_attrs.get(RAN_ON_ATTR, {}).get("ray_node") for t in trials],
+        "metrics": [sorted(t.user_attrs.get(METRICS_ATTR, {})) for t in trials],
+        "children": sorted(c.data.tags.get("suite.trial", "") for c in children),
+        "files": sorted(p.name for p in out.iterdir()),
+    }
+
+
+SCENARIOS = {
+    "placement": placement,
+    "node_lost": node_lost,
+    "reproduce": reproduce_both,
+    "study": study_on_ray,
+}
 
 
 def main() -> None:

@@ -93,3 +93,18 @@ def test_a_quick_claim_through_ray_stores_what_the_local_runner_stores(tmp_path:
     assert len(seen["local"]["runs"]) == 10  # two runs x five seeds
     assert seen["ray"]["runs"] == seen["local"]["runs"]
     assert seen["ray"]["report"] == seen["local"]["report"]
+
+
+@CLUSTER
+@pytest.mark.cluster
+def test_a_study_on_ray_runs_its_trials_on_both_nodes(tmp_path: Path) -> None:
+    """``suite study FILE --executor ray --address`` with six trials on two one-CPU nodes:
+    the study completes with six COMPLETE trials in the driver's SQLite storage, each with
+    its metrics and its MLflow child run, and the trials ran on both nodes."""
+    seen = run_in_netns(["-m", "tests.ray_scenarios", "study", str(tmp_path)])
+    assert seen["code"] == 0
+    assert seen["states"] == ["COMPLETE"] * 6
+    assert len(set(seen["nodes"])) == 2 and None not in seen["nodes"], seen["nodes"]
+    assert all("val_auc" in m and "embedding_bytes" in m for m in seen["metrics"])
+    assert seen["children"] == sorted(str(n) for n in range(6))
+    assert "trials.csv" in seen["files"] and "optuna.db" in seen["files"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from suite.commands.common import ConfigDefaultsFormatter, add_set_argument
+from suite.executors import EXECUTORS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,6 +20,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("file", metavar="FILE", help="study YAML (see studies/ at the repo root)")
     parser.add_argument(
         "--workers", type=int, default=1, help="worker processes on this machine (default 1)"
+    )
+    parser.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where the trials run: worker processes here, or tasks on a Ray cluster, "
+        "the storage and the sampler staying here (pip install -e '.[ray]')",
+    )
+    parser.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        help="--executor ray: the cluster's address (default: RAY_ADDRESS, else a cluster "
+        "Ray starts on this machine)",
     )
     parser.add_argument(
         "--storage",
@@ -65,7 +79,13 @@ def handle(args: argparse.Namespace) -> int:
         n_trials=args.trials, timeout=args.timeout, base_overrides=base_overrides
     )
     outcome = run_study(
-        spec, workers=args.workers, storage=args.storage, out_dir=args.out, quiet=args.quiet
+        spec,
+        workers=args.workers,
+        storage=args.storage,
+        out_dir=args.out,
+        quiet=args.quiet,
+        executor=args.executor,
+        address=args.address,
     )
     summary = outcome.summary
     counts = ", ".join(f"{v} {k}" for k, v in summary.counts.items() if v)

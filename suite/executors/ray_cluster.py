@@ -16,6 +16,7 @@ queued or running, and what finished before stays the caller's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import tempfile
@@ -101,6 +102,33 @@ def describe_capacity(capacity: list[dict[str, float]]) -> str:
     return f"live nodes: {', '.join(nodes)}"
 
 
+def slots_for(needs: Needs, capacity: list[dict[str, float]]) -> int:
+    """How many jobs of ``needs`` the live nodes hold at once (each node's CPUs and GPUs
+    divided by the job's, the smaller, summed over the nodes)."""
+    total = 0
+    for node in capacity:
+        fits = int(node.get("CPU", 0.0) // max(needs.cpus, 1))
+        if needs.gpus:
+            fits = min(fits, int(node.get("GPU", 0.0) // needs.gpus))
+        total += fits
+    return total
+
+
+def node_of() -> dict[str, str]:
+    """Where the calling process runs: its host name and, inside a Ray task, its node id."""
+    import socket
+
+    here = {"host": socket.gethostname()}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            here["ray_node"] = ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return here
+
+
 class RayExecutor:
     """Tasks on the Ray cluster at ``address`` (None: a cluster Ray starts on this machine)."""
 
@@ -118,13 +146,16 @@ class RayExecutor:
         self.max_retries = max_retries
         self.unplaceable_after_s = unplaceable_after_s
 
-    def _fingerprint(self, job: Any) -> str | None:
+    def fingerprint(self, job: Any) -> str | None:
+        """The driver's fingerprint of ``job``'s dataset, for its node to check (None: unknown)."""
         config = getattr(job, "config", None)
         return None if config is None else self.fingerprints.get(config.dataset.model_dump_json())
 
-    def run(
-        self, jobs: Sequence[J], work: Callable[[J], Any], needs: Callable[[J], Needs]
-    ) -> Iterator[tuple[J, Any]]:
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[RaySession]:
+        """``with executor.connect() as session:`` the cluster, to submit jobs one at a time
+        (a study asks its next trial as one finishes). Leaving the block on an error, a
+        Ctrl-C or a closed generator cancels every job still queued or running."""
         ray = import_ray()
         started_here = not ray.is_initialized()
         if started_here:
@@ -140,31 +171,72 @@ class RayExecutor:
                 raise SuiteError(
                     f"--address {self.address}: no Ray cluster there ({first})"
                 ) from exc
-        task = ray.remote(on_node)
-        pending: dict[Any, tuple[J, Needs]] = {}
+        session = RaySession(self, ray)
         try:
-            capacity = live_capacity(ray)
-            for job in jobs:
-                need = needs(job)
-                self._check_placeable(job, need, capacity)
-                ref = task.options(
-                    num_cpus=need.cpus,
-                    num_gpus=need.gpus,
-                    max_retries=self.max_retries,
-                    retry_exceptions=False,
-                ).remote(work, job, self._fingerprint(job))
-                pending[ref] = (job, need)
-            yield from self._collect(ray, pending)
+            yield session
         except BaseException:  # an error, Ctrl-C, or the caller closing the iteration
-            for ref in pending:
-                try:
-                    ray.cancel(ref, force=True)
-                except Exception as exc:  # a task already finished or lost
-                    print(f"note: cancelling a Ray task: {exc}", file=sys.stderr)
+            session.cancel()
             raise
         finally:
             if started_here:
                 ray.shutdown()
+
+    def run(
+        self, jobs: Sequence[J], work: Callable[[J], Any], needs: Callable[[J], Needs]
+    ) -> Iterator[tuple[J, Any]]:
+        with self.connect() as session:
+            capacity = session.capacity()
+            for job in jobs:
+                session.submit(job, work, needs(job), capacity)
+            while session.pending:
+                yield session.next()
+
+
+class RaySession:
+    """Jobs submitted to a connected cluster one at a time and collected as they finish
+    (see :meth:`RayExecutor.connect`)."""
+
+    def __init__(self, executor: RayExecutor, ray: Any) -> None:
+        self.executor = executor
+        self.ray = ray
+        self.task = ray.remote(on_node)
+        self.pending: dict[Any, tuple[Any, Needs]] = {}
+        self._unplaceable_since: float | None = None
+
+    def capacity(self) -> list[dict[str, float]]:
+        """Each live node's total resources."""
+        return live_capacity(self.ray)
+
+    def slots(self, needs: Needs) -> int:
+        """How many jobs of ``needs`` the cluster runs at once (at least 1)."""
+        return max(1, slots_for(needs, self.capacity()))
+
+    def submit(
+        self,
+        job: Any,
+        work: Callable[[Any], Any],
+        need: Needs,
+        capacity: list[dict[str, float]] | None = None,
+    ) -> None:
+        """Queue ``work(job)`` as a task asking for ``need``; one line at once where no live
+        node has that much."""
+        self._check_placeable(job, need, self.capacity() if capacity is None else capacity)
+        ref = self.task.options(
+            num_cpus=need.cpus,
+            num_gpus=need.gpus,
+            max_retries=self.executor.max_retries,
+            retry_exceptions=False,
+        ).remote(work, job, self.executor.fingerprint(job))
+        self.pending[ref] = (job, need)
+
+    def cancel(self) -> None:
+        """Cancel every job still queued or running."""
+        for ref in list(self.pending):
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception as exc:  # a task already finished or lost
+                print(f"note: cancelling a Ray task: {exc}", file=sys.stderr)
+        self.pending.clear()
 
     def _check_placeable(self, job: Any, need: Needs, capacity: list[dict[str, float]]) -> None:
         if not placeable(need, capacity):
@@ -174,27 +246,38 @@ class RayExecutor:
                 f"has them ({describe_capacity(capacity)})"
             )
 
-    def _collect(self, ray: Any, pending: dict[Any, tuple[J, Needs]]) -> Iterator[tuple[J, Any]]:
-        unplaceable_since: float | None = None
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            for ref in ready:
-                job, _ = pending.pop(ref)
-                yield job, self._value(ray, ref, job)
-            if ready or not pending:
-                unplaceable_since = None
-                continue
-            capacity = live_capacity(ray)
-            stuck = [(j, n) for j, n in pending.values() if not placeable(n, capacity)]
-            if not stuck:
-                unplaceable_since = None
-                continue
-            unplaceable_since = unplaceable_since or time.monotonic()
-            if time.monotonic() - unplaceable_since >= self.unplaceable_after_s:
-                job, need = stuck[0]
-                self._check_placeable(job, need, capacity)
+    def next(self, catch: bool = False) -> tuple[Any, Any]:
+        """The next job to finish and its value. A job's own error is raised as itself, a
+        job lost on every retry as one line; with ``catch`` either is returned as the value
+        instead (a study fails that trial and goes on). A job no live node can place fails
+        the session after ``unplaceable_after_s``, whatever ``catch``."""
+        while self.pending:
+            ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=1.0)
+            if ready:
+                self._unplaceable_since = None
+                job, _ = self.pending.pop(ready[0])
+                try:
+                    return job, self._value(ready[0], job)
+                except Exception as exc:
+                    if catch:
+                        return job, exc
+                    raise
+            self._check_stuck()
+        raise SuiteError("no Ray task is pending")
 
-    def _value(self, ray: Any, ref: Any, job: Any) -> Any:
+    def _check_stuck(self) -> None:
+        capacity = live_capacity(self.ray)
+        stuck = [(j, n) for j, n in self.pending.values() if not placeable(n, capacity)]
+        if not stuck:
+            self._unplaceable_since = None
+            return
+        self._unplaceable_since = self._unplaceable_since or time.monotonic()
+        if time.monotonic() - self._unplaceable_since >= self.executor.unplaceable_after_s:
+            job, need = stuck[0]
+            self._check_placeable(job, need, capacity)
+
+    def _value(self, ref: Any, job: Any) -> Any:
+        ray = self.ray
         label = getattr(job, "label", repr(job))
         try:
             value, arrays = ray.get(ref)
@@ -206,6 +289,6 @@ class RayExecutor:
         except ray.exceptions.RayError as exc:  # its worker or node died, every retry
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SuiteError(
-                f"{label}: lost {self.max_retries + 1} times on the Ray cluster ({first})"
+                f"{label}: lost {self.executor.max_retries + 1} times on the Ray cluster ({first})"
             ) from exc
         return land_arrays(value, arrays)

@@ -3,8 +3,9 @@
 The coordinating process does everything that must happen once before any worker
 starts: it checks the search space against the config, prepares the dataset, creates or
 loads the Optuna study and creates or finds the study's MLflow parent run. Then it runs
-one worker in-process (``--workers 1``) or N worker processes (spawned, so no worker
-inherits a forked torch), waits for them, and writes the summary.
+one worker in-process (``--workers 1``), N worker processes (spawned, so no worker
+inherits a forked torch) or, with ``--executor ray``, the trials as tasks on a Ray cluster
+(:mod:`suite.studies.on_ray`), waits for them, and writes the summary.
 
 Re-running the same study resumes it (``load_if_exists``): the budget counts the trials
 already finished, trials left RUNNING by a dead worker are failed once their heartbeat
@@ -22,8 +23,11 @@ from typing import Any
 
 import optuna
 
-from suite.errors import SuiteError
+from suite.errors import ConfigError, SuiteError
+from suite.executors.factory import make_executor
+from suite.executors.ray_cluster import RayExecutor
 from suite.progress import progress_bar
+from suite.studies.on_ray import run_on_ray
 from suite.studies.report import StudySummary, summarize
 from suite.studies.spec import StudySpec
 from suite.studies.storage import (
@@ -109,12 +113,22 @@ def run_study(
     storage: str | None = None,
     out_dir: str | Path | None = None,
     quiet: bool = False,
+    executor: str = "local",
+    address: str | None = None,
 ) -> StudyOutcome:
-    """Run (or resume) ``spec`` with ``workers`` processes on this machine."""
+    """Run (or resume) ``spec`` with ``workers`` processes on this machine (``executor``
+    ``local``), or with its trials as tasks on the Ray cluster at ``address`` (``ray``: the
+    storage and the sampler stay in this process, see :mod:`suite.studies.on_ray`)."""
     from suite.data.source import get_prepared
 
     if workers < 1:
         raise SuiteError(f"--workers must be >= 1, got {workers}")
+    runs_on = make_executor(executor, workers, address)
+    if isinstance(runs_on, RayExecutor) and workers != 1:
+        raise ConfigError(
+            "--workers counts processes on this machine; with --executor ray the cluster's "
+            "CPUs and GPUs set how many trials run at once"
+        )
     quiet_optuna()
     out = (Path(out_dir) if out_dir else default_out_dir(spec.name)).resolve()
     url = storage or default_storage_url(out, workers)
@@ -122,7 +136,9 @@ def run_study(
     spec.check_space()
     spec.check_metrics()
     base = spec.base
-    get_prepared(base.dataset, progress=base.train.progress and not quiet)
+    prepared = get_prepared(base.dataset, progress=base.train.progress and not quiet)
+    if isinstance(runs_on, RayExecutor):  # each node checks its own prepared data against it
+        runs_on.fingerprints = {base.dataset.model_dump_json(): prepared.fingerprint}
 
     store = open_storage(url, spec.heartbeat)
     study, created = open_study(spec, store)
@@ -142,8 +158,13 @@ def run_study(
     session = StudySession(spec, url, parent_run_id, deadline, quiet=quiet)
     if not quiet:
         verb = "created" if created else "resuming"
+        where = (
+            f"trials on the Ray cluster {address or '(RAY_ADDRESS, else started here)'}"
+            if isinstance(runs_on, RayExecutor)
+            else f"{workers} worker(s)"
+        )
         print(
-            f"[{spec.name}] {verb} study in {describe(url)}; {workers} worker(s); "
+            f"[{spec.name}] {verb} study in {describe(url)}; {where}; "
             f"budget {spec.budget.n_trials or 'unlimited'} trials"
             f"{f', {spec.budget.timeout:g}s' if spec.budget.timeout else ''}",
             flush=True,
@@ -151,7 +172,11 @@ def run_study(
 
     bar = _progress(spec, study, quiet)
     try:
-        errors = _run_workers(session, workers, study, bar)
+        if isinstance(runs_on, RayExecutor):
+            run_on_ray(session, runs_on, bar)
+            errors: list[str] = []
+        else:
+            errors = _run_workers(session, workers, study, bar)
     finally:
         bar.close()
     summary = summarize(spec, optuna.load_study(study_name=spec.name, storage=store), out)

@@ -80,7 +80,9 @@ def describe(url: str) -> str:
 class TrialHeartbeat:
     """``with TrialHeartbeat(storage, trial_id, interval):`` records the time in the trial's
     system attrs every ``interval`` seconds from a thread, until the block ends. Used where
-    the storage has no heartbeat of its own (``JournalStorage``)."""
+    the storage has no heartbeat of its own (``JournalStorage``), and by a driver whose
+    trials run elsewhere (Ray tasks), where on an ``RDBStorage`` it records Optuna's own
+    heartbeat instead."""
 
     def __init__(self, storage: Any, trial_id: int, interval: float) -> None:
         self.storage, self.trial_id, self.interval = storage, trial_id, interval
@@ -90,7 +92,10 @@ class TrialHeartbeat:
     def _beat(self) -> None:
         while True:
             try:
-                self.storage.set_trial_system_attr(self.trial_id, HEARTBEAT_ATTR, time.time())
+                if has_builtin_heartbeat(self.storage):
+                    self.storage.record_heartbeat(self.trial_id)
+                else:
+                    self.storage.set_trial_system_attr(self.trial_id, HEARTBEAT_ATTR, time.time())
             except optuna.exceptions.UpdateFinishedTrialError:
                 return  # failed as stale meanwhile (this process was frozen too long)
             if self._stop.wait(self.interval):

@@ -25,7 +25,9 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from suite.config import RunConfig
 from suite.errors import ConfigError, SuiteError
+from suite.results import TaskResult
 from suite.studies.spec import StudySpec
 from suite.studies.storage import (
     TrialHeartbeat,
@@ -192,6 +194,26 @@ class TrialObjective:
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         from suite.runs.single import execute
 
+        config, tags = self.start(trial)
+        try:
+            with self._heartbeat(trial):
+                result = execute(
+                    config,
+                    parent_run_id=self.session.parent_run_id,
+                    extra_tags=tags,
+                    on_validation=self._pruning_callback(trial),
+                )
+        except optuna.TrialPruned:
+            self.mark_run(trial.number, "PRUNED", end_status="KILLED")
+            raise
+        except Exception as exc:
+            self.failed(trial, exc)
+            raise
+        return self.values(trial, config, result)
+
+    def start(self, trial: optuna.Trial) -> tuple[RunConfig, dict[str, str]]:
+        """Claim a slot of the budget, sample the trial's params and return its run config
+        and the MLflow tags of its run (what any executor needs to run it)."""
         spec = self.spec
         self.claim(trial)
         overrides = spec.space.sample(trial)
@@ -203,22 +225,19 @@ class TrialObjective:
             trial.set_user_attr(ERROR_ATTR, str(exc)[:2000])
             raise
         trial.set_user_attr(HASH_ATTR, config.config_hash())
-        tags = {STUDY_TAG: spec.name, TRIAL_TAG: str(trial.number)}
-        try:
-            with self._heartbeat(trial):
-                result = execute(
-                    config,
-                    parent_run_id=self.session.parent_run_id,
-                    extra_tags=tags,
-                    on_validation=self._pruning_callback(trial),
-                )
-        except optuna.TrialPruned:
-            self._mark_run(trial.number, "PRUNED", end_status="KILLED")
-            raise
-        except Exception as exc:
-            trial.set_user_attr(ERROR_ATTR, f"{type(exc).__name__}: {exc}"[:2000])
-            self._mark_run(trial.number, "FAIL")
-            raise
+        return config, {STUDY_TAG: spec.name, TRIAL_TAG: str(trial.number)}
+
+    def failed(self, trial: optuna.Trial, exc: BaseException) -> None:
+        """Record the trial's own error and tag its MLflow run FAIL."""
+        trial.set_user_attr(ERROR_ATTR, f"{type(exc).__name__}: {exc}"[:2000])
+        self.mark_run(trial.number, "FAIL")
+
+    def values(
+        self, trial: optuna.Trial, config: RunConfig, result: TaskResult
+    ) -> float | list[float]:
+        """The trial's objective values from its run's result (metrics, run id and
+        constraint violations kept in its user attrs)."""
+        spec = self.spec
         metrics = result.metrics
         needed = [o.metric for o in spec.objectives] + [c.metric for c in spec.constraints]
         missing = [m for m in needed if m not in metrics]
@@ -268,7 +287,9 @@ class TrialObjective:
 
         return on_validation
 
-    def _mark_run(self, number: int, state: str, end_status: str | None = None) -> None:
+    def mark_run(self, number: int, state: str, end_status: str | None = None) -> None:
+        """Tag trial ``number``'s MLflow run with its Optuna state (and end it with
+        ``end_status``); tracking trouble is one line on stderr, never the trial's outcome."""
         try:
             mark_trial_runs(
                 self.spec.base.tracking.uri,
