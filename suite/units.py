@@ -38,6 +38,13 @@ def human_count(value: float) -> str:
     return f"{value:.0f}"
 
 
+def human_duration(seconds: float) -> str:
+    """``12 s``, ``4.5 min``, ``3.20 h``: a planned or measured span of time."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds / 60:.1f} min"
+
+
 def is_bytes_metric(name: str) -> bool:
     return name.endswith("_bytes") or name.endswith("bytes_mean") or "_bytes_" in name
 

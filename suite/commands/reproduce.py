@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import TYPE_CHECKING
 
 from suite.commands.common import ConfigDefaultsFormatter, add_set_argument
 from suite.executors import EXECUTORS
+
+if TYPE_CHECKING:
+    from suite.reproduce.costs import PlanCosts
+    from suite.reproduce.plan import ReproductionPlan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -277,22 +282,14 @@ def print_plan(args: argparse.Namespace, overrides: dict) -> int:
     return 0
 
 
-def _hours(seconds: float) -> str:
-    """``12 s``, ``4.5 min``, ``3.20 h``."""
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds / 60:.1f} min"
-
-
-def plan_lines(title: str, plan: object, costs: object) -> list[str]:
+def plan_lines(title: str, plan: ReproductionPlan, costs: PlanCosts) -> list[str]:
     """The plan as text: the data's sizes, each device's memory, a row per run (its seeds'
     jobs alike) and the totals."""
     from tabulate import tabulate
 
-    from suite.reproduce.costs import PlanCosts, ReproductionPlan, rate_advice
-    from suite.units import human_bytes, human_count
+    from suite.reproduce.costs import rate_advice
+    from suite.units import human_bytes, human_count, human_duration
 
-    assert isinstance(costs, PlanCosts) and isinstance(plan, ReproductionPlan)
     runs = costs.runs
     jobs = sum(r.seeds for r in runs)
     lines = [
@@ -325,7 +322,7 @@ def plan_lines(title: str, plan: object, costs: object) -> list[str]:
                 human_bytes(m.activations),
                 share if r.fits else f"{share} DOES NOT FIT",
                 human_count(r.steps),
-                "-" if r.seconds is None else _hours(r.seconds),
+                "-" if r.seconds is None else human_duration(r.seconds),
                 "-" if r.rate is None else f"{r.rate.samples_per_s:,.0f}",
             ]
         )
@@ -366,6 +363,6 @@ def plan_lines(title: str, plan: object, costs: object) -> list[str]:
     partial = f" (+ {costs.unrated_jobs} jobs without a rate)" if costs.unrated_jobs else ""
     lines.append(
         f"device-hours: {device_h:.2f}{partial}, one device (a core or a GPU) per job; "
-        f"wall time on {costs.workers} workers: {_hours(costs.wall_seconds)}{partial}"
+        f"wall time on {costs.workers} workers: {human_duration(costs.wall_seconds)}{partial}"
     )
     return lines

@@ -44,16 +44,16 @@ def sized_method(
     (TT-Rec's sampled initialisation)."""
     cls: type[EmbeddingMethod] = EMBEDDINGS.get(name)
     typed = cls.Options.model_validate(options)
-    for device in (torch.device("meta"), torch.device("cpu")):
-        context = EmbeddingContext(list(cardinalities), device, seed=0, sparse_optimizer=optimizer)
-        if device.type == "cpu":
-            return cls(typed, context)
-        try:
-            with device:  # tensors made without a device (initial values) are meta too
-                return cls(typed, context)
-        except (RuntimeError, NotImplementedError):
-            continue
-    raise AssertionError("unreachable")
+
+    def on(device: torch.device) -> EmbeddingContext:
+        return EmbeddingContext(list(cardinalities), device, seed=0, sparse_optimizer=optimizer)
+
+    meta = torch.device("meta")
+    try:
+        with meta:  # tensors made without a device (initial values) are meta too
+            return cls(typed, on(meta))
+    except (RuntimeError, NotImplementedError):
+        return cls(typed, on(torch.device("cpu")))
 
 
 def built_bytes(
