@@ -91,7 +91,9 @@ def split(pair: str, d: np.ndarray, n: int) -> Split:
     return Split(pair, k, s, float(d.mean()), ms_w, max(0.0, (ms_b - ms_w) / s), f, p, n)
 
 
-def differences(out: Path, profile: str, pair: str, draws: int, seeds: list[int]) -> np.ndarray:
+def differences(
+    out: Path, profile: str, pair: str, draws: int, seeds: list[int], workers: int = 1
+) -> np.ndarray:
     """``[draws, seeds]`` paired differences of the pair, training what is not stored."""
     from suite.reproduce.plan import build_plan
     from suite.reproduce.runner import reproduce
@@ -109,7 +111,7 @@ def differences(out: Path, profile: str, pair: str, draws: int, seeds: list[int]
         ]
         plan = replace(plan, seeds=seeds, jobs=jobs)
         print(f"{pair}: draw {k + 1}/{draws}", file=sys.stderr, flush=True)
-        done = reproduce(plan, out / f"draw-{k}", workers=1, progress=False)
+        done = reproduce(plan, out / f"draw-{k}", workers=workers, progress=False)
         (outcome,) = done.papers
         runs = outcome.runs
         rows.append(
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where each draw's runs live")
     parser.add_argument("--draws", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=1, help="jobs trained at once")
     parser.add_argument(
         "--pair", action="append", choices=sorted(PAIRS), help="default: all four (repeatable)"
     )
@@ -148,9 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     pairs = args.pair or list(PAIRS)
     seeds = list(range(args.seeds))
     n = JUDGED_SEEDS[args.profile]
-    splits = [split(p, differences(args.out, args.profile, p, args.draws, seeds), n) for p in pairs]
+    splits = [
+        split(p, differences(args.out, args.profile, p, args.draws, seeds, args.workers), n)
+        for p in pairs
+    ]
     text = table(splits)
-    command = shlex.join(["python", "benchmarks/bench_draw_variance.py", *(argv or sys.argv[1:])])
+    given = list(argv or sys.argv[1:])  # the command, less --workers (no figure depends on it)
+    for at, arg in reversed(list(enumerate(given))):
+        if arg.startswith("--workers="):
+            del given[at]
+        elif arg == "--workers":
+            del given[at : at + 2]
+    command = shlex.join(["python", "benchmarks/bench_draw_variance.py", *given])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "REPORT.md").write_text(
         f"# Between-draw variance ({args.profile})\n\n`{command}`\n\n"

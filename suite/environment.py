@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
+import socket
 import subprocess
 import sys
 from importlib import metadata
@@ -89,8 +91,31 @@ def device_name(device: str) -> str:
     return cpu_model()
 
 
+def job_device(device: str) -> str:
+    """The device this process trains on: ``cpu``, or ``cuda:<id>`` with the GPU's id as
+    the machine numbers it (the first ``CUDA_VISIBLE_DEVICES`` entry, which an executor
+    sets to the worker's own GPU; else torch's current device)."""
+    if device != "cuda":
+        return device
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    if listed[0]:
+        return f"cuda:{listed[0]}"
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cuda"
+
+
+def node_name() -> str:
+    """This machine's host name; inside a Ray task or driver, with ``/ray:<node id>`` (its
+    first 8 hex digits) after it, so nodes that share a host are told apart."""
+    host = socket.gethostname()
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return f"{host}/ray:{ray.get_runtime_context().get_node_id()[:8]}"
+    return host
+
+
 def environment(device: str = "cpu") -> dict[str, str | int | None]:
-    """Versions, commit, device, CPU/GPU model and thread count of this process; where
+    """Versions, commit, device (and :func:`job_device`, :func:`node_name`: which one, on
+    which machine), CPU/GPU model and thread count of this process; where
     fbgemm-gpu does not import, also ``embedding_backend``: ``"torch (fbgemm-gpu
     unavailable: <reason>)"`` (tables asking for fbgemm ran on torch)."""
     env: dict[str, str | int | None] = {
@@ -102,6 +127,8 @@ def environment(device: str = "cpu") -> dict[str, str | int | None]:
         "mlflow": _version("mlflow"),
         "device": device,
         "device_name": device_name(device),
+        "job_device": job_device(device),
+        "node": node_name(),
         "cpu_model": cpu_model(),
         "gpu_model": gpu_model(),
         "threads": torch.get_num_threads(),

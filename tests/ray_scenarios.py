@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.loopback_cluster import LoopbackCluster
+from suite.executors.loopback import LoopbackCluster
 
 
 @dataclass(frozen=True)
@@ -136,9 +137,13 @@ def reproduce_both(workdir: Path) -> dict[str, Any]:
         args = ["reproduce", *AUC_PAIR, "--quiet", "--out", str(out), "--tracking-uri", uri]
         code = main([*args, *SETS, *extra])
         results = stored(out)
+        report = (out / "REPORT.md").read_text()
+        (machine,) = re.findall(r"^\| machine .*$", report, flags=re.M)
         return {
             "code": code,
-            "report": body((out / "REPORT.md").read_text()),
+            "report": body(report.replace(machine, "")),  # the row that names the nodes
+            "machine": machine,
+            "nodes": sorted({str(r.environment.get("node")) for r in results.values()}),
             "runs": {
                 key: {
                     "figures": figures(r),

@@ -14,7 +14,8 @@ from suite.errors import ConfigError
 from suite.executors.base import Needs
 from suite.executors.factory import make_executor
 from suite.executors.local import LocalExecutor, worker_devices
-from tests.loopback_cluster import netns_unavailable, run_in_netns
+from suite.executors.loopback import netns_unavailable
+from tests.netns import run_in_netns
 
 
 def device_of(seconds: float) -> tuple[int, str]:
@@ -86,13 +87,16 @@ def test_a_quick_claim_through_ray_stores_what_the_local_runner_stores(tmp_path:
     """``suite reproduce --profile quick --claim qr-above-hash-2 --executor ray --address``
     on the loopback cluster, the second node preparing the data in a cache of its own:
     every stored run (figures, data fingerprint, test logits' digest) and the report equal
-    the local runner's."""
+    the local runner's, but for the machine row, which names the two nodes the jobs ran on."""
     seen = run_in_netns(["-m", "tests.ray_scenarios", "reproduce", str(tmp_path)])
     assert seen["local"]["code"] == seen["ray"]["code"] == 0
     assert seen["node_prepared"]  # no shared data cache: the node prepared its own
     assert len(seen["local"]["runs"]) == 10  # two runs x five seeds
     assert seen["ray"]["runs"] == seen["local"]["runs"]
     assert seen["ray"]["report"] == seen["local"]["report"]
+    # each job recorded its node; the machine row names both, and the local one neither
+    assert len(seen["ray"]["nodes"]) == 2 and all("/ray:" in n for n in seen["ray"]["nodes"])
+    assert "cpu of " in seen["ray"]["machine"] and "jobs on" not in seen["local"]["machine"]
 
 
 @CLUSTER
@@ -108,3 +112,30 @@ def test_a_study_on_ray_runs_its_trials_on_both_nodes(tmp_path: Path) -> None:
     assert all("val_auc" in m and "embedding_bytes" in m for m in seen["metrics"])
     assert seen["children"] == sorted(str(n) for n in range(6))
     assert "trials.csv" in seen["files"] and "optuna.db" in seen["files"]
+
+
+@CLUSTER
+@pytest.mark.cluster
+def test_the_overhead_benchmark_times_local_and_ray_passes_of_the_same_jobs(
+    tmp_path: Path,
+) -> None:
+    """``benchmarks/bench_ray_overhead.py`` on a tiny claim subset: three passes of the same
+    ten jobs (local 1 worker, local 2 workers, Ray on two one-CPU nodes in its own network
+    namespace) that store the same AUCs, both nodes used, and the figures it prints."""
+    import subprocess
+    import sys
+
+    from tests.netns import ROOT
+    from tests.test_reproduce_parallel import AUC_PAIR, SETS
+
+    command = [sys.executable, str(ROOT / "benchmarks/bench_ray_overhead.py"), "--profile", "quick"]
+    command += [*AUC_PAIR, *SETS, "--empty", "5", "--workdir", str(tmp_path), "--no-write"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    figures = dict(line.split() for line in lines[2:-1] if len(line.split()) == 2)
+    assert figures["jobs"] == "10" and figures["ray_nodes_used"] == "2"
+    for name in ("local_wall_s", "local_2_workers_wall_s", "ray_wall_s", "wall_ratio"):
+        assert float(figures[name]) > 0, name
+    assert 0 < float(figures["round_trip_s_median"]) < 1
+    assert lines[-1] == "metrics that differ between the passes (AUCs never): none"

@@ -459,7 +459,25 @@ def machine_text(reproduction: Reproduction, env: dict[str, Any]) -> str:
     gpus = sorted({str(e["gpu_model"]) for e in recorded if e.get("gpu_model")})
     if gpus:
         machine += f"; GPU {' / '.join(gpus)}"
-    return machine
+    placed = placement_text(recorded)
+    return f"{machine}; {placed}" if placed else machine
+
+
+def placement_text(recorded: list[dict[str, Any]]) -> str:
+    """Which device of which node ran how many jobs (``jobs on cuda:3 (12), cuda:5 (12)``,
+    nodes named where there were several); empty where every job ran on one node's CPU
+    or none recorded where (runs stored before the suite kept it)."""
+    placed = Counter(
+        (str(e.get("node", "")), str(e["job_device"])) for e in recorded if e.get("job_device")
+    )
+    if not placed or (len(placed) == 1 and not next(iter(placed))[1].startswith("cuda")):
+        return ""
+    several = len({node for node, _ in placed}) > 1
+    where = [
+        (f"{device} of {node}" if several else device, count)
+        for (node, device), count in sorted(placed.items())
+    ]
+    return "jobs on " + ", ".join(f"{name} ({count})" for name, count in where)
 
 
 def seeds_text(reproduction: Reproduction) -> str:

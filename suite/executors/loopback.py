@@ -1,8 +1,9 @@
-"""A real two-node Ray cluster on loopback, for tests that run inside a network namespace.
+"""A real two-node Ray cluster on loopback, on one machine: to try ``--executor ray``
+before a real cluster, and for the suite's cluster tests and benchmark.
 
-Ray binds the machine's routable address unless the only interface is loopback, so a test
-runs its driver with :func:`run_in_netns` (``unshare --net --map-root-user``: a namespace
-of its own with just ``lo``) and there starts :class:`LoopbackCluster`. Each node is
+Ray binds the machine's routable address unless the only interface is loopback, so the
+driver runs in a network namespace of its own with just ``lo`` (:func:`netns_command`:
+``unshare --net --map-root-user``) and there starts :class:`LoopbackCluster`. Each node is
 started in a session of its own, so every process of it (raylet, GCS, workers) is in one
 process group, ended by that group's id (never ``ray stop``, never by name).
 """
@@ -10,7 +11,6 @@ process group, ended by that group's id (never ``ray stop``, never by name).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -19,13 +19,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def netns_unavailable() -> str | None:
-    """Why a test cannot make its own network namespace here (None: it can)."""
+    """Why this process cannot make its own network namespace here (None: it can)."""
     if not shutil.which("unshare"):
         return "no unshare(1) on this machine"
     try:
@@ -40,21 +37,11 @@ def netns_unavailable() -> str | None:
     return None
 
 
-def run_in_netns(args: list[str], timeout: float = 300, env: dict[str, str] | None = None) -> Any:
-    """Run ``python args...`` in a new network namespace (loopback up) and return the JSON
-    its last stdout line holds; its stderr is kept on failure."""
+def netns_command(args: list[str]) -> list[str]:
+    """The command that runs ``python args...`` (this interpreter) in a new network
+    namespace with loopback up."""
     command = f'ip link set lo up 2>/dev/null || true; exec "{sys.executable}" "$@"'
-    proc = subprocess.run(
-        ["unshare", "--net", "--map-root-user", "bash", "-c", command, "bash", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return ["unshare", "--net", "--map-root-user", "bash", "-c", command, "bash", *args]
 
 
 class LoopbackCluster:
