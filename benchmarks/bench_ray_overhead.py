@@ -107,17 +107,14 @@ def stored_figures(out: Path) -> dict[str, dict[str, float]]:
     """``<config hash>/seed-<n>`` -> the run's metrics that are not timings."""
     from suite.registry import TASKS
     from suite.reproduce.store import RUNS_DIR
-    from suite.results import TaskResult, find_metric
+    from suite.results import TaskResult, repeatable_metrics
 
     figures = {}
     for path in sorted((out / RUNS_DIR).glob("*/seed-*.json")):
         result = TaskResult.read(path)
-        specs = TASKS.get(result.task).metrics
-        figures[f"{path.parent.name}/{path.stem}"] = {
-            k: v
-            for k, v in result.metrics.items()
-            if (spec := find_metric(specs, k)) is None or spec.kind != "measured"
-        }
+        figures[f"{path.parent.name}/{path.stem}"] = repeatable_metrics(
+            result.metrics, TASKS.get(result.task).metrics
+        )
     return figures
 
 

@@ -91,14 +91,26 @@ def device_name(device: str) -> str:
     return cpu_model()
 
 
+DEVICE_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def listed_gpus() -> list[str] | None:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` lists (``-1`` and blanks dropped: none), or
+    ``None`` where it is unset."""
+    listed = os.environ.get(DEVICE_ENV)
+    if listed is None:
+        return None
+    return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+
+
 def job_device(device: str) -> str:
     """The device this process trains on: ``cpu``, or ``cuda:<id>`` with the GPU's id as
     the machine numbers it (the first ``CUDA_VISIBLE_DEVICES`` entry, which an executor
     sets to the worker's own GPU; else torch's current device)."""
     if device != "cuda":
         return device
-    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
-    if listed[0]:
+    listed = listed_gpus()
+    if listed:
         return f"cuda:{listed[0]}"
     return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cuda"
 

@@ -158,6 +158,17 @@ def find_metric(specs: Sequence[MetricSpec], metric: str) -> MetricSpec | None:
     return None
 
 
+def repeatable_metrics(metrics: dict[str, float], specs: Sequence[MetricSpec]) -> dict[str, float]:
+    """``metrics`` without those of kind ``measured`` (timings, throughputs, allocator
+    peaks): the figures a rerun on the same machine reproduces bit for bit."""
+    kept = {}
+    for name, value in metrics.items():
+        spec = find_metric(specs, name)
+        if spec is None or spec.kind != "measured":
+            kept[name] = value
+    return kept
+
+
 def primary_metric(specs: Sequence[MetricSpec]) -> MetricSpec | None:
     return next((spec for spec in specs if spec.primary), None)
 

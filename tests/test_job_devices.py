@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from suite.environment import job_device, node_name
+from suite.environment import job_device, listed_gpus, node_name
 from suite.executors.base import Needs
-from suite.executors.local import LocalExecutor
+from suite.executors.local import LocalExecutor, visible_gpus
 from suite.reproduce.report import machine_text, placement_text
 
 
@@ -35,6 +35,19 @@ def test_a_process_names_its_device_and_node(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     assert job_device("cuda") == "cuda:7" and job_device("cpu") == "cpu"
     assert node_name() and "/ray:" not in node_name()  # no Ray here
+
+
+def test_the_visible_gpus_are_parsed_once_for_workers_and_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``-1`` and blanks list no GPU, for the pool that hands GPUs out and for the device a
+    job records alike (one parse: ``suite.environment.listed_gpus``)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", " 2, ,4")
+    assert visible_gpus() == ["2", "4"] and job_device("cuda") == "cuda:2"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert visible_gpus() == [] and job_device("cuda") != "cuda:-1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert listed_gpus() is None
 
 
 def reproduction(environments: list[dict[str, Any]]) -> Any:

@@ -10,7 +10,7 @@ import pytest
 
 from suite.leaderboard.metrics import primary_metric, required_metrics, spec_for
 from suite.registry import TASKS
-from suite.results import MetricSpec, directions, find_metric
+from suite.results import MetricSpec, directions, find_metric, repeatable_metrics
 from suite.runs.single import execute
 from suite.tasks.base import TaskOutput
 from tests.conftest import tiny_config
@@ -43,6 +43,8 @@ def test_patterns_match_families_and_fill_labels() -> None:
     assert two.parts("int8_batch512_ms") == ("int8", "512")
     assert two.label_for("int8_batch512_ms") == "int8 batch of 512"
     assert two.parts("int8_queries_per_s") is None
+    figures = {"int8_batch512_ms": 1.5, "test_auc_int8": 0.75, "undeclared": 2.0}
+    assert repeatable_metrics(figures, (spec, two)) == {"test_auc_int8": 0.75, "undeclared": 2.0}
     speed = MetricSpec("x_per_s_b*", True, "Speed, batch {}", "samples/s", "measured")
     assert speed.unit_label("x_per_s_b512") == "Speed, batch 512 (samples/s)"
     with pytest.raises(ValueError, match="'mystery' is not declared"):

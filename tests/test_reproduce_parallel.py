@@ -56,14 +56,9 @@ def stamps(out: Path, names: Iterable[str]) -> dict[str, int]:
 def figures(result: TaskResult) -> dict[str, float]:
     """A result's metrics that must match bit for bit (measured ones, timings, left out)."""
     from suite.registry import TASKS
-    from suite.results import find_metric
+    from suite.results import repeatable_metrics
 
-    specs = TASKS.get(result.task).metrics
-    kept = {}
-    for name, value in result.metrics.items():
-        spec = find_metric(specs, name)
-        if spec is None or spec.kind != "measured":
-            kept[name] = value
+    kept = repeatable_metrics(result.metrics, TASKS.get(result.task).metrics)
     assert "test_auc" in kept
     return kept
 

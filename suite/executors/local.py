@@ -13,19 +13,18 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from suite.environment import DEVICE_ENV, listed_gpus
 from suite.executors.base import Needs
 
 J = TypeVar("J")
-
-DEVICE_ENV = "CUDA_VISIBLE_DEVICES"
 
 
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries: that variable's
     list where it is set, else ``0 .. n-1`` for the n devices torch sees (none without CUDA)."""
-    listed = os.environ.get(DEVICE_ENV)
+    listed = listed_gpus()
     if listed is not None:
-        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+        return listed
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
