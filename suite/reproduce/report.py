@@ -47,6 +47,7 @@ from suite.reproduce.outcome import (
     SeededRun,
     training_wall_s,
 )
+from suite.reproduce.provenance import data_line, tuning_intro, tuning_rows
 from suite.reproduce.regime_stats import regime_rows
 from suite.stats import Interval, ScalingFit, mean_ci
 
@@ -540,6 +541,12 @@ def paper_lines(outcome: PaperOutcome) -> list[str]:
     if outcome.fits:
         lines += [table([fit_row(f, outcome, fit) for f, fit in outcome.fits.items()]), ""]
     lines += [table([run_row(rid, outcome) for rid in outcome.runs]), ""]
+    drawn = data_line(outcome)
+    if drawn:
+        lines += [drawn, ""]
+    tuned = tuning_rows(outcome)
+    if tuned:
+        lines += [tuning_intro(outcome), "", table(tuned), ""]
     if spec.curve is not None:  # methods x budgets (suite.reproduce.curve)
         lines += curve_section(outcome)
     return lines
