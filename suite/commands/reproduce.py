@@ -27,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--profile",
         default="quick",
-        help="quick (default), standard, full, or regime (the standard profile's empirical "
-        "claims in every regime of suite/reproductions/regimes.yaml)",
+        help="quick (default), standard, ground, full, or regime (the standard profile's "
+        "empirical claims in every regime of suite/reproductions/regimes.yaml; a profile with "
+        "regimes: FILE, as ground-regime, does the same for the profile it is like)",
     )
     parser.add_argument("--paper", action="append", help="only this paper (repeatable; see --list)")
     parser.add_argument("--claim", action="append", help="only this claim id (repeatable)")
@@ -181,7 +182,10 @@ def handle(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or default_report_dir(args.profile))
     if args.rerun:
         return rerun_job(args, out_dir, overrides)
-    if args.finished_seeds and (args.from_results is None or args.profile == "regime"):
+    from suite.reproduce.regime_runs import regime_setup
+
+    regime = regime_setup(args.profile, args.paper)
+    if args.finished_seeds and (args.from_results is None or regime is not None):
         raise ConfigError(
             "--finished-seeds: only with --from-results, and not for the regime profile "
             "(an interim report judges the stored seeds of one profile)"
@@ -200,10 +204,10 @@ def handle(args: argparse.Namespace) -> int:
     }
     if args.plan:
         return print_plan(args, overrides)
-    if args.profile == "regime":
+    if regime is not None:
         from suite.commands.regime import handle_regime
 
-        return handle_regime(args.paper, args.claim, overrides, **run)
+        return handle_regime(regime, args.paper, args.claim, overrides, **run)
     if from_results is None:
         plan = build_plan(args.profile, args.paper, args.claim, overrides)
         check_fit(plan_costs(plan, args.workers, rates=False))  # before any training
@@ -267,10 +271,14 @@ def print_plan(args: argparse.Namespace, overrides: dict) -> int:
         from suite.errors import ConfigError
 
         raise ConfigError("--plan: not with --from-results, --rerun or --tune (it trains nothing)")
-    if args.profile == "regime":
-        from suite.reproduce.regime_runs import load_regimes, regime_plans
+    from suite.reproduce.regime_runs import load_regimes, regime_plans, regime_setup
 
-        plans = regime_plans(args.paper, args.claim, overrides, load_regimes(), shape_cardinalities)
+    regime = regime_setup(args.profile, args.paper)
+    if regime is not None:
+        regimes = load_regimes(regime.regimes_file)
+        plans = regime_plans(
+            args.paper, args.claim, overrides, regimes, shape_cardinalities, regime.profile
+        )
     else:
         plans = {
             "": build_plan(args.profile, args.paper, args.claim, overrides, shape_cardinalities)

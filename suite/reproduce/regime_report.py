@@ -13,7 +13,13 @@ from suite.environment import environment
 from suite.figures import save_figure
 from suite.reproduce.claims import DIRECTION, ClaimOutcome, bound_of, describe
 from suite.reproduce.outcome import training_wall_s
-from suite.reproduce.regime_runs import RegimeOutcome, across, claim_grid, empirical_claim_ids
+from suite.reproduce.regime_runs import (
+    REGIMES_FILE,
+    RegimeOutcome,
+    across,
+    claim_grid,
+    empirical_claim_ids,
+)
 from suite.reproduce.regime_stats import REFERENCES
 from suite.reproduce.report import (
     apply_holm,
@@ -79,8 +85,17 @@ def regime_table(outcomes: list[RegimeOutcome], report_dir: Path | None) -> list
     return rows + [{"regime": "(paper's data)", **row} for row in references]
 
 
+def regime_profile(outcomes: list[RegimeOutcome]) -> tuple[str, str]:
+    """``(the regime profile, the profile it is like)`` of a regime report's outcomes."""
+    first = outcomes[0].reproduction
+    profile = first.profile
+    like = first.papers[0].spec.profiles[profile].like if first.papers else None
+    return profile, like or "standard"
+
+
 def cost_rows(outcomes: list[RegimeOutcome]) -> list[dict[str, str]]:
-    """Each regime's jobs, those adopted from the standard profile, and their job-minutes."""
+    """Each regime's jobs, those adopted from the profile it is like, and their job-minutes."""
+    _, like = regime_profile(outcomes)
     rows = []
     for regime in outcomes:
         results = regime.reproduction.results()
@@ -90,7 +105,7 @@ def cost_rows(outcomes: list[RegimeOutcome]) -> list[dict[str, str]]:
             {
                 "regime": regime.name,
                 "jobs (runs x seeds)": str(len(results)),
-                "adopted from results/standard this time": str(regime.adopted),
+                f"adopted from results/{like} this time": str(regime.adopted),
                 "job-minutes (stored duration_s)": f"{job_s / 60:.1f}",
                 "training wall minutes": f"{wall / 60:.1f}",
             }
@@ -148,7 +163,9 @@ def not_in_report(outcomes: list[RegimeOutcome]) -> list[str]:
     """A paragraph naming the profile's empirical claims this report leaves out (a run of
     some ``--claim``s, e.g. one resumed claim by claim), or nothing where it has them all."""
     shown = {c.claim.id for paper in outcomes[0].reproduction.papers for c in paper.claims}
-    left_out = [c for c in empirical_claim_ids(None, None) if c not in shown]
+    left_out = [
+        c for c in empirical_claim_ids(None, None, regime_profile(outcomes)[0]) if c not in shown
+    ]
     if not left_out:
         return []
     every = len(left_out) + len(shown)
@@ -161,9 +178,14 @@ def not_in_report(outcomes: list[RegimeOutcome]) -> list[str]:
 
 
 def render_regime_report(
-    outcomes: list[RegimeOutcome], plots: list[str], command: str, report_dir: Path | None
+    outcomes: list[RegimeOutcome],
+    plots: list[str],
+    command: str,
+    report_dir: Path | None,
+    regimes_file: Path = REGIMES_FILE,
 ) -> str:
     """The regime profile's Markdown: regimes, verdicts across them, then each regime."""
+    profile, like = regime_profile(outcomes)
     apply_holm(*(regime.reproduction for regime in outcomes))  # one family: every regime's
     for regime in outcomes:
         mark_unconverged(regime.reproduction)
@@ -184,13 +206,13 @@ def render_regime_report(
     total = sum(counts.values())
     summary = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
     lines = [
-        "# Reproduction report: `regime` profile (verdicts across data regimes)",
+        f"# Reproduction report: `{profile}` profile (verdicts across data regimes)",
         "",
         table(header),
         "",
         "Data regimes: the data each column's verdicts rest on, beside the papers' datasets "
         "(the `characterize` task's figures on the first 4M training lookups; '-' where "
-        "unknown). Regimes are declared in `suite/reproductions/regimes.yaml`.",
+        f"unknown). Regimes are declared in `suite/reproductions/{regimes_file.name}`.",
         "",
         table(regime_table(outcomes, report_dir)),
         "",
@@ -199,10 +221,10 @@ def render_regime_report(
         f"**{total} empirical claims across {len(outcomes)} regimes: {summary}.**",
         "",
         *not_in_report(outcomes),
-        "Each spec's `regime` profile is its `standard` profile (runs, seeds, schedule) with the "
-        "learning rates the standard profile tuned on today's criteo-synth "
-        "(`suite/reproductions/tuned/*.standard.yaml`), unchanged in every regime: no regime "
-        "is tuned on its own. Verdicts are decided as in the standard report (`suite.decisions`: "
+        f"Each spec's `{profile}` profile is its `{like}` profile (runs, seeds, schedule) with "
+        f"the values the {like} profile tuned (`suite/reproductions/tuned/*.{like}.yaml`), "
+        "unchanged in every regime: no regime is tuned on its own. Verdicts are decided as in "
+        f"the {like} report (`suite.decisions`: "
         "seeds' spread plus the test set's DeLong variance, one-sided tests at 5%, TOST at 90% "
         "for `within`, `underpowered` with the n it needs); Holm's correction runs over every "
         "regime's empirical claims as one family, and every cell and the last column read "

@@ -9,7 +9,9 @@ merged over every run of the profile before the command line's ``--set``::
       kaggle: {text: ..., override: {dataset: {options: {regime: kaggle, train_rows: 1000000}}}}
 
 A spec takes part with a profile ``regime: {like: standard}`` (the standard profile's base,
-seeds, per-run extras and tuned values; ``suite.reproduce.spec``). Its empirical claims
+seeds, per-run extras and tuned values; ``suite.reproduce.spec``); another regime profile
+names its own file, ``ground-regime: {like: ground, regimes: regimes.ground.yaml}``, and
+adopts from ``results/<like>`` (:func:`regime_setup`). Its empirical claims
 (the ones training decides) are judged in every regime with the standard profile's
 statistics (``suite.decisions``): each regime's runs are ordinary jobs with their own config
 hashes, stored under ``<report dir>/runs/<hash>/seed-N.json`` beside the other regimes',
@@ -48,13 +50,42 @@ from suite.reproduce.plan import (
     selected_claims,
 )
 from suite.reproduce.runner import regenerate, reproduce, stored_results
-from suite.reproduce.spec import SPEC_DIR
+from suite.reproduce.spec import SPEC_DIR, list_specs, load_spec
 
 PROFILE = "regime"
 REGIMES_FILE = SPEC_DIR / "regimes.yaml"
 STANDARD_DIR = Path("results/standard")
 """Where the standard profile's run results are checked in (jobs adopted from there)."""
 DECIDED = ("holds", "does not hold")
+
+
+@dataclass(frozen=True)
+class RegimeSetup:
+    """A regime profile: its name, the file of its regimes, and the profile (``like``)
+    whose runs, seeds and tuned values it takes and whose committed jobs it adopts."""
+
+    profile: str
+    regimes_file: Path
+    like: str
+
+    @property
+    def adopt_from(self) -> Path:
+        """Where the ``like`` profile's run results are checked in: ``results/<like>``."""
+        return Path("results") / self.like
+
+
+def regime_setup(profile: str, papers: list[str] | None = None) -> RegimeSetup | None:
+    """The regime profile ``profile`` names in the selected specs (the first that has it),
+    or None where it is not one: a profile with ``regimes``, or the one named ``regime``."""
+    for name in papers or list_specs():
+        prof = load_spec(name).profiles.get(profile)
+        if prof is None:
+            continue
+        file = prof.regimes or (REGIMES_FILE.name if profile == PROFILE else None)
+        if file is None or prof.like is None:
+            return None
+        return RegimeSetup(profile, SPEC_DIR / file, prof.like)
+    return None
 
 
 class Regime(Frozen):
@@ -83,13 +114,15 @@ def regime_overrides(regime: Regime, overrides: dict[str, Any]) -> dict[str, Any
     return deep_merge(copy.deepcopy(regime.override), overrides)
 
 
-def empirical_claim_ids(papers: list[str] | None, claim_ids: list[str] | None) -> list[str]:
+def empirical_claim_ids(
+    papers: list[str] | None, claim_ids: list[str] | None, profile: str = PROFILE
+) -> list[str]:
     """The claims the regime profile judges: the selected specs' empirical ones."""
-    specs = select_specs(papers, PROFILE, claim_ids)
+    specs = select_specs(papers, profile, claim_ids)
     ids = [
         c.id
         for spec in specs
-        for c in selected_claims(spec, PROFILE, claim_ids)
+        for c in selected_claims(spec, profile, claim_ids)
         if c.basis == "empirical"
     ]
     if not ids:
@@ -103,11 +136,12 @@ def regime_plans(
     overrides: dict[str, Any],
     regimes: dict[str, Regime],
     cardinalities: Cardinalities = prepared_cardinalities,
+    profile: str = PROFILE,
 ) -> dict[str, ReproductionPlan]:
     """Each regime's plan of the profile's empirical claims under its overrides (no training)."""
-    ids = empirical_claim_ids(papers, claim_ids)
+    ids = empirical_claim_ids(papers, claim_ids, profile)
     return {
-        name: build_plan(PROFILE, papers, ids, regime_overrides(regime, overrides), cardinalities)
+        name: build_plan(profile, papers, ids, regime_overrides(regime, overrides), cardinalities)
         for name, regime in regimes.items()
     }
 
@@ -117,9 +151,11 @@ def regime_jobs(
     claim_ids: list[str] | None,
     overrides: dict[str, Any],
     regimes: dict[str, Regime],
+    profile: str = PROFILE,
 ) -> dict[str, list[Job]]:
     """Every (run, seed) job of each regime, as the runner plans them (no training)."""
-    return {n: p.jobs for n, p in regime_plans(papers, claim_ids, overrides, regimes).items()}
+    plans = regime_plans(papers, claim_ids, overrides, regimes, profile=profile)
+    return {n: p.jobs for n, p in plans.items()}
 
 
 def adopt_stored(jobs: list[Job], source: Path, report_dir: Path) -> int:
@@ -161,6 +197,7 @@ def reproduce_regimes(
     regimes: dict[str, Regime] | None = None,
     adopt_from: Path | None = STANDARD_DIR,
     plans: dict[str, ReproductionPlan] | None = None,
+    profile: str = PROFILE,
     **run: Any,
 ) -> list[RegimeOutcome]:
     """The regime profile: the selected specs' empirical claims judged in every regime.
@@ -178,11 +215,11 @@ def reproduce_regimes(
     from_results = run.get("from_results")
     report_dir = run.get("report_dir")
     if from_results is None:
-        plans = plans or regime_plans(papers, claim_ids, overrides, regimes)
+        plans = plans or regime_plans(papers, claim_ids, overrides, regimes, profile=profile)
     else:
         directories = [Path(from_results), *([Path(adopt_from)] if adopt_from else [])]
         cards = store.stored_cardinalities(directories)
-        plans = regime_plans(papers, claim_ids, overrides, regimes, cards)
+        plans = regime_plans(papers, claim_ids, overrides, regimes, cards, profile)
     out = []
     for name, regime in regimes.items():
         plan, adopted = plans[name], 0

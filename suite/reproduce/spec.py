@@ -85,7 +85,8 @@ A profile's ``budgets: [4, 16]`` runs only those points of the curve (a cheaper 
 **like** (optional, per profile): ``regime: {like: standard}`` takes the standard profile's
 base, seeds, per-run extras and tuned values (not its tuning block or note); the profile's own
 fields replace them. The ``regime`` profile judges the empirical claims in every data regime
-of ``suite/reproductions/regimes.yaml`` (``suite.reproduce.regime_runs``).
+of ``suite/reproductions/regimes.yaml`` (``suite.reproduce.regime_runs``); another profile
+does so with ``regimes: <file under suite/reproductions>`` beside its ``like``.
 
 **Tuning** (optional, per profile): every compared run tuned with the same budget, one
 Optuna study per run; ``suite reproduce --profile P --tune`` writes the chosen values to
@@ -360,12 +361,27 @@ class Profile(Frozen):
         description="another profile whose base, seeds, per-run extras and tuned values this "
         "one takes (the regime profile: suite.reproduce.regime_runs)",
     )
+    regimes: str | None = Field(
+        None,
+        description="a regime profile (with like): the file, under suite/reproductions, of "
+        "the data regimes its empirical claims are judged in (suite.reproduce.regime_runs); "
+        "the profile named regime reads regimes.yaml without it",
+    )
     order: Literal["seeds", "groups"] = Field(
         "seeds",
         description="seeds: each seed's jobs before the next seed's; groups: each group of "
         "jobs whose noise is judged together under every seed before the next group, for a "
         "profile far longer than a sitting, whose seeds would otherwise each be judged alone",
     )
+
+    @model_validator(mode="after")
+    def _regimes_need_like(self) -> Profile:
+        if self.regimes is not None and self.like is None:
+            raise ValueError(
+                f"regimes: {self.regimes!r} makes a regime profile, which judges another "
+                "profile's runs: give like"
+            )
+        return self
 
     @field_validator("seeds")
     @classmethod
@@ -777,11 +793,12 @@ def tuning_study(spec: ReproductionSpec, profile: str, run_id: str, base: RunCon
 
 
 NOT_SPECS = ("regimes",)
-"""YAML files beside the specs that are not specs (``regimes.yaml``: suite.reproduce.regime_runs)."""
+"""YAML files beside the specs that are not specs, by the stem's first dotted part
+(``regimes.yaml``, ``regimes.<name>.yaml``: suite.reproduce.regime_runs)."""
 
 
 def list_specs(directory: Path = SPEC_DIR) -> list[str]:
-    return sorted(p.stem for p in directory.glob("*.yaml") if p.stem not in NOT_SPECS)
+    return sorted(p.stem for p in directory.glob("*.yaml") if p.stem.split(".")[0] not in NOT_SPECS)
 
 
 def load_spec(name_or_path: str | Path, directory: Path = SPEC_DIR) -> ReproductionSpec:

@@ -1,0 +1,94 @@
+"""A regime profile other than ``regime`` (issue 68's ground): ``regimes: FILE`` beside its
+``like`` judges the like profile's empirical claims in that file's regimes, adopting the
+like profile's committed jobs from ``results/<like>``, and checks every job fits its device
+before training, as a plain profile does."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from suite.cli import main
+from suite.errors import ConfigError
+from suite.reproduce.regime_runs import regime_setup
+from suite.reproduce.spec import load_spec
+from tests.test_regime_profile import SPEC, overrides
+
+REGIMES = {
+    "regimes": {
+        "drawn": {"text": "the ground's data, a draw per seed", "override": {}},
+        "longtail": {
+            "text": "Zipf 0.8 ids",
+            "override": {"dataset": {"options": {"zipf": 0.8}}},
+        },
+    }
+}
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> str:
+    """The regime tests' tiny spec with a ``ground`` profile (a draw per seed) and a
+    ``ground-regime`` profile like it over its own regimes file."""
+    data = copy.deepcopy(SPEC)
+    ground = copy.deepcopy(data["profiles"]["standard"])
+    ground["base"]["dataset"]["options"]["draw"] = "per_seed"
+    regimes = tmp_path / "regimes.tiny.yaml"
+    regimes.write_text(yaml.safe_dump(REGIMES, sort_keys=False))
+    data["profiles"]["ground"] = ground
+    data["profiles"]["ground-regime"] = {"like": "ground", "regimes": str(regimes)}
+    path = tmp_path / "specs" / "tiny.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def reproduce(spec: str, profile: str, out: str, tmp_path: Path) -> int:
+    uri = overrides(tmp_path)["tracking"]["uri"]
+    args = ["reproduce", "--profile", profile, "--paper", spec, "--out", out, "--quiet"]
+    return main([*args, "--workers", "1", "--set", "tracking.enabled=false", "--tracking-uri", uri])
+
+
+def test_a_second_regime_profile_judges_its_like_profile_in_its_regimes(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # results/<like> is read from the working directory
+    setup = regime_setup("ground-regime", [spec])
+    assert setup is not None and setup.like == "ground"
+    assert setup.adopt_from == Path("results/ground")
+    assert regime_setup("ground", [spec]) is None and regime_setup("regime", [spec]) is not None
+
+    assert reproduce(spec, "ground", "results/ground", tmp_path) == 0
+    assert reproduce(spec, "ground-regime", "results/ground-regime", tmp_path) == 0
+    report = Path("results/ground-regime/REPORT.md").read_text()
+    assert report.startswith("# Reproduction report: `ground-regime` profile")
+    assert "Regimes are declared in `suite/reproductions/regimes.tiny.yaml`" in report
+    assert "Each spec's `ground-regime` profile is its `ground` profile" in report
+    costs = report.split("## Cost", 1)[1]
+    assert "adopted from results/ground this time" in costs
+    drawn = next(line for line in costs.splitlines() if line.startswith("| drawn "))
+    assert drawn.split("|")[3].strip() == "4"  # full and hash_4 x two seeds, from the ground
+    longtail = next(line for line in costs.splitlines() if line.startswith("| longtail "))
+    assert longtail.split("|")[3].strip() == "0"  # another config: trained here
+
+
+def test_a_regime_profile_checks_every_job_fits_before_training(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RECSUITE_DEVICE_MEMORY", "1MiB")
+    assert reproduce(spec, "ground-regime", "out", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "device: job" in err and "nothing was trained" in err
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_regimes_without_like_is_refused_in_one_line(tmp_path: Path) -> None:
+    data = copy.deepcopy(SPEC)
+    data["profiles"]["lonely"] = {"regimes": "regimes.yaml"}
+    path = tmp_path / "lonely.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"regimes: 'regimes.yaml' makes a regime profile.*like"):
+        load_spec(path)
