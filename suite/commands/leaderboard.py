@@ -97,7 +97,8 @@ def _add_fingerprints(sub: argparse._SubParsersAction) -> None:
         help="show or update leaderboard/fingerprints.yaml",
         description="The fingerprints the leaderboard accepts per dataset, protocol and "
         "options hash. --update regenerates every synthetic dataset (default options and "
-        "every option set a submission uses) in a temporary folder; with --dataset it "
+        "every option set a submission uses, one per seed where its seeds each drew their "
+        "own data) in a temporary folder; with --dataset it "
         "prepares (or reads from the cache) that dataset and records it.",
     )
     _board_arg(p)
@@ -295,6 +296,7 @@ def handle_fingerprints(args: argparse.Namespace) -> int:
         FingerprintRegistry,
         options_hash,
         prepare_entry,
+        submission_options,
         update_synthetic,
     )
     from suite.leaderboard.validate import load_submission, submission_files
@@ -332,9 +334,8 @@ def handle_fingerprints(args: argparse.Namespace) -> int:
     extra = []
     for file in submission_files(board)[0]:
         sub, _ = load_submission(file)
-        options = sub.config.get("dataset", {}).get("options") if sub else None
-        if sub and isinstance(options, dict):
-            extra.append((sub.dataset, sub.protocol, options))
+        if sub is not None:
+            extra += submission_options(sub)
     before = registry.to_yaml()
     changes = update_synthetic(registry, extra, defaults=not args.only_used)
     for change in changes:

@@ -187,16 +187,25 @@ def count_text(n: int) -> str:
     return str(n)
 
 
+def data_text(fingerprint: str, per_seed_draws: bool) -> str:
+    """The data in a title: ``data <fingerprint[:12]>``, or where each seed trained on its
+    own draw, ``data: per-seed draws <digest[:12]>``."""
+    if per_seed_draws:
+        return f"data: per-seed draws {fingerprint[:12]}"
+    return f"data {fingerprint[:12]}"
+
+
 def data_title(group: Group) -> str:
     """What the board's data and task are: dataset, protocol (when not the default),
-    training rows (else the data fingerprint) and task."""
+    training rows (else the data fingerprint; per-seed draws always name their digest) and
+    task."""
     parts = [group.dataset]
     if group.protocol != "default":
         parts.append(f"{group.protocol} protocol")
     if group.train_rows is not None:
         parts.append(f"{count_text(group.train_rows)} train rows")
-    else:
-        parts.append(f"data {group.fingerprint[:12]}")
+    if group.train_rows is None or group.per_seed_draws:
+        parts.append(data_text(group.fingerprint, group.per_seed_draws))
     parts.append(group.task)
     return " · ".join(parts)
 
@@ -209,8 +218,11 @@ def base_title(group: Group) -> str:
 
 
 def board_of_submission(sub: Submission) -> str:
-    """The title of the board ``sub`` lands on, with its data fingerprint (short)."""
+    """The title of the board ``sub`` lands on, with its data fingerprint (short; per-seed
+    draws' title names their digest already)."""
     group = groups([Item(sub.filename(), sub)])[0]
+    if group.per_seed_draws:
+        return base_title(group)
     return f"{base_title(group)} (data {sub.data_fingerprint[:12]})"
 
 
@@ -218,14 +230,15 @@ def group_titles(boards: list[Group]) -> dict[str, str]:
     """Board id -> title naming what it compares: dataset, protocol (when not the default),
     training rows (else the data fingerprint), task and budget, e.g. ``criteo-synth · 400k
     train rows · accuracy · budget 1/4``; where boards of one such data title hold more than
-    one data fingerprint, each of them also names its fingerprint."""
+    one data fingerprint, each of them also names its fingerprint (a board of per-seed
+    draws always names their digest: ``data: per-seed draws <digest>``)."""
     prints: dict[str, set[str]] = {}
     for g in boards:
         prints.setdefault(data_title(g), set()).add(g.fingerprint)
     return {
         g.gid: base_title(g)
         if len(prints[data_title(g)]) == 1 or g.train_rows is None
-        else f"{base_title(g)} · data {g.fingerprint[:12]}"
+        else f"{base_title(g)} · {data_text(g.fingerprint, g.per_seed_draws)}"
         for g in boards
     }
 
@@ -242,11 +255,22 @@ def budget_meta(group: Group) -> str:
     return f"Budget {budget_text(group.budget)}: each entry takes {admits} on this data. "
 
 
+def data_meta(group: Group) -> str:
+    """The board's data in its description: its fingerprint, or what per-seed draws are."""
+    if group.per_seed_draws:
+        return (
+            "data: per-seed draws (each seed trained on its own draw of the data, and seed s "
+            "of every entry here on the same one; the seeds' fingerprints digest to "
+            f"{group.fingerprint[:12]})"
+        )
+    return f"data fingerprint {group.fingerprint[:12]}"
+
+
 def group_meta(group: Group) -> str:
     spec = group.spec(group.primary)
     rows = "" if group.train_rows is None else f"{group.train_rows:,} train rows, "
     return (
-        f"Protocol {group.protocol}, {rows}data fingerprint {group.fingerprint[:12]}. "
+        f"Protocol {group.protocol}, {rows}{data_meta(group)}. "
         + budget_meta(group)
         + f"Ranked by {spec.label_for(group.primary)} ({direction_text(spec)}); verified entries "
         "rank first, stale ones (this suite can no longer re-run them as recorded) and "

@@ -6,6 +6,10 @@ with like. ``suite leaderboard fingerprints --update`` regenerates the synthetic
 entries (their default options, and every option set a submission uses) by preparing them
 in a temporary directory; a maintainer adds a real dataset's entry after preparing it with
 ``suite leaderboard fingerprints --update --dataset NAME --raw PATH``.
+
+A submission whose seeds each drew their own data (``dataset.options.draw: per_seed``)
+uses one option set per seed: its options with ``draw_seed`` set to the seed
+(:func:`seed_options`), each registered under its own options hash.
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from suite.config import DatasetSpec, stable_hash
 from suite.fileio import write_text_atomic
 from suite.leaderboard import BOARD_OPTION
-from suite.leaderboard.schema import Hash16, Name, Sha256, load_yaml_model
+from suite.leaderboard.schema import (
+    Hash16,
+    Name,
+    Sha256,
+    Submission,
+    draws_per_seed,
+    load_yaml_model,
+)
 
 REGISTRY_VERSION = 1
 HEADER = (
@@ -54,6 +65,24 @@ class RegistryFile(BaseModel):
 
 def options_hash(options: dict[str, Any]) -> str:
     return stable_hash(options)
+
+
+def seed_options(options: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The dataset options seed ``seed`` prepared under ``draw: per_seed``: ``options``
+    (a recorded config's, which leaves ``draw_seed`` out) with the seed as ``draw_seed``,
+    as the run config sets it."""
+    return {**options, "draw_seed": seed}
+
+
+def submission_options(sub: Submission) -> list[tuple[str, str, dict[str, Any]]]:
+    """The (dataset, protocol, options) triples ``sub``'s data was prepared with: its
+    config's options, or one per seed (:func:`seed_options`) where each seed drew its own."""
+    options = sub.config.get("dataset", {}).get("options")
+    if not isinstance(options, dict):
+        return []
+    if not draws_per_seed(sub.config):
+        return [(sub.dataset, sub.protocol, options)]
+    return [(sub.dataset, sub.protocol, seed_options(options, run.seed)) for run in sub.seeds]
 
 
 @dataclass

@@ -100,15 +100,21 @@ def config_yaml(item: Item) -> str:
 
 
 def record_yaml(item: Item) -> str:
-    """Where the entry's figures come from: its file, MLflow runs, seeds' config hashes,
-    environment and the re-runs that reproduced it (``verifications.yaml``)."""
+    """Where the entry's figures come from: its file, MLflow runs, seeds' config hashes
+    (and data fingerprints, where each seed drew its own data), environment and the re-runs
+    that reproduced it (``verifications.yaml``)."""
     s = item.sub
     data = {
         "file": f"submissions/{item.file}",
         "status": item.status,
         "mlflow_parent_run_id": s.mlflow_parent_run_id,
         "seeds": [
-            {"seed": r.seed, "config_hash": r.config_hash, "mlflow_run_id": r.mlflow_run_id}
+            {
+                "seed": r.seed,
+                "config_hash": r.config_hash,
+                "mlflow_run_id": r.mlflow_run_id,
+                **({"data_fingerprint": r.data_fingerprint} if r.data_fingerprint else {}),
+            }
             for r in s.seeds
         ],
         "environment": s.environment.model_dump(mode="json", exclude_none=True),

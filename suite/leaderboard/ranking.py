@@ -69,7 +69,9 @@ class Item:
 @dataclass(frozen=True)
 class Group:
     """The entries of one board: same dataset, protocol, data fingerprint and task.
-    ``train_rows`` is the data's training rows where the dataset's options say it."""
+    ``train_rows`` is the data's training rows where the dataset's options say it;
+    ``per_seed_draws``: each seed trained on its own draw, and ``fingerprint`` is the digest
+    of the seeds' (:func:`~suite.leaderboard.schema.draws_digest`)."""
 
     gid: str
     dataset: str
@@ -82,6 +84,7 @@ class Group:
     metrics: list[str]
     shown: frozenset[str]
     items: list[Item]
+    per_seed_draws: bool = False
 
     def spec(self, metric: str) -> MetricSpec:
         return spec_for(self.task, metric, group_direction(self, metric))
@@ -230,6 +233,7 @@ def groups(items: Iterable[Item]) -> list[Group]:
                 [primary, *ordered],
                 shown,
                 members,
+                any(i.sub.per_seed_draws for i in members),
             )
         )
     return out

@@ -29,7 +29,12 @@ from suite.errors import SuiteError
 from suite.leaderboard import SUBMISSIONS
 from suite.leaderboard.ranking import budget_exponent, budget_text
 from suite.leaderboard.schema import Submission
-from suite.leaderboard.submit import build_submission, load_result_file, write_submission
+from suite.leaderboard.submit import (
+    build_submission,
+    data_fingerprint_of,
+    load_result_file,
+    write_submission,
+)
 from suite.leaderboard.validate import load_submission
 from suite.leaderboard.verified import (
     VERIFICATIONS,
@@ -119,10 +124,12 @@ def seed_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("seed-*.json"), key=number)
 
 
-def budget_note(result: TaskResult, full: dict[tuple[str, str], float]) -> str:
-    """Where the entry sits against ``full`` on the same data and model: the fraction of
-    full's total embedding bytes and the budget 1/2^k it fits (largest k with 2^-k >= it)."""
-    reference = full.get((result.data_fingerprint, result.model))
+def budget_note(results: list[TaskResult], full: dict[tuple[str, str], float]) -> str:
+    """Where the entry of ``results`` (one config's seeds) sits against ``full`` on the same
+    data and model: the fraction of full's total embedding bytes and the budget 1/2^k it
+    fits (largest k with 2^-k >= it)."""
+    result = results[0]
+    reference = full.get((data_fingerprint_of(results), result.model))
     total = result.metrics.get(MEMORY)
     if not reference or not total or result.embedding == "full":
         return ""
@@ -158,7 +165,7 @@ def import_reproduction(
             continue
         loaded.append((rels, results))
     full = {
-        (r[0].data_fingerprint, r[0].model): r[0].metrics[MEMORY]
+        (data_fingerprint_of(r), r[0].model): r[0].metrics[MEMORY]
         for _, r in loaded
         if r[0].embedding == "full" and MEMORY in r[0].metrics
     }
@@ -175,7 +182,7 @@ def import_reproduction(
         folder = str(Path(rels[0]).parent)
         first = results[0]
         shared = {k: v for k, v in first.config.items() if k != "seed"}
-        key = (stable_hash(shared), first.data_fingerprint, first.task)
+        key = (stable_hash(shared), data_fingerprint_of(results), first.task)
         if key in others:
             out.skipped.append(f"{folder}: already on the board from {others[key]}")
             continue
@@ -188,7 +195,7 @@ def import_reproduction(
         )
         notes = (
             f"Regenerated from committed runs of reproduction {profile}: {folder}, seeds "
-            f"{seeds[0]}-{seeds[-1]} ({len(seeds)})." + budget_note(first, full) + sittings
+            f"{seeds[0]}-{seeds[-1]} ({len(seeds)})." + budget_note(results, full) + sittings
         )
         sub, digests = regenerate(root, rels, profile, notes)
         path, written = write_submission(sub, board)

@@ -9,6 +9,13 @@ ever executed, imported or unpickled.
 seed shares); ``config_hash`` is ``stable_hash(config)``. Seed ``s`` ran the config
 ``{**config, "seed": s}`` whose hash (``RunConfig.config_hash()``) is that seed's
 ``config_hash``.
+
+Where the config draws its data per seed (``dataset.options.draw: per_seed``), each seed
+trained on its own draw: every ``seeds[i].data_fingerprint`` is that seed's prepared data
+and the submission's ``data_fingerprint`` is :func:`draws_digest` of them, so two
+submissions on the same draws (same options, same seeds) share a board. Otherwise the seeds
+record none (files written before per-seed draws stay byte for byte what they were) and
+``data_fingerprint`` is the one data every seed trained on.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
+    model_serializer,
 )
 
 from suite.config import format_validation_error
@@ -170,12 +179,23 @@ class MetricSummary(Strict):
 
 
 class SeedRun(Strict):
-    """One seed's run: its config hash, MLflow run id and metric values."""
+    """One seed's run: its config hash, MLflow run id and metric values, and (data drawn
+    per seed only) the fingerprint of the data it trained on."""
 
     seed: int = Field(ge=-(2**63), lt=2**63)
     config_hash: Hash16
     mlflow_run_id: RunId | None = None
     metrics: dict[MetricName, Finite] = Field(max_length=MAX_METRICS)
+    data_fingerprint: Sha256 | None = None
+
+    @model_serializer(mode="wrap")
+    def _leave_out_shared_data(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # absent unless drawn per seed: the files and content hashes of entries on one
+        # draw stay those written before the field existed
+        data = handler(self)
+        if isinstance(data, dict) and data.get("data_fingerprint") is None:
+            data.pop("data_fingerprint", None)
+        return data
 
 
 class Environment(Strict):
@@ -190,6 +210,26 @@ class Environment(Strict):
     device_name: LongText
     threads: int = Field(ge=1, le=4096)
     platform: LongText | None = None
+
+
+PER_SEED = "per_seed"
+"""``dataset.options.draw`` of a config whose seeds each draw their own data."""
+
+
+def draws_per_seed(config: dict[str, Any]) -> bool:
+    """Whether ``config`` (a submission's or a result's) draws its data per seed
+    (``dataset.options.draw: per_seed``)."""
+    dataset = config.get("dataset")
+    options = dataset.get("options") if isinstance(dataset, dict) else None
+    return isinstance(options, dict) and options.get("draw") == PER_SEED
+
+
+def draws_digest(fingerprints: dict[int, str]) -> str:
+    """The data fingerprint of a submission whose seeds each trained on their own draw:
+    the sha256 (64 hex digits) of one ``"<seed>:<fingerprint>\n"`` line per seed, in
+    ascending seed order. Equal seeds on equal draws give equal digests."""
+    lines = "".join(f"{seed}:{fingerprints[seed]}\n" for seed in sorted(fingerprints))
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 class Submission(Strict):
@@ -212,6 +252,15 @@ class Submission(Strict):
     mlflow_parent_run_id: RunId | None = None
     paper: Url | None = None
     notes: Notes | None = None
+
+    @property
+    def per_seed_draws(self) -> bool:
+        """Whether its seeds record their own data (each trained on its own draw)."""
+        return any(run.data_fingerprint is not None for run in self.seeds)
+
+    def seed_fingerprints(self) -> dict[int, str]:
+        """Seed -> the fingerprint of the data it trained on (its own, else the shared)."""
+        return {run.seed: run.data_fingerprint or self.data_fingerprint for run in self.seeds}
 
     def canonical_json(self) -> str:
         """Key-sorted compact JSON of the content; its hash names the file."""

@@ -24,6 +24,8 @@ from suite.leaderboard.schema import (
     SeedRun,
     Submission,
     SubmissionFileError,
+    draws_digest,
+    draws_per_seed,
     normalize_name,
     read_json_file,
     read_text_limited,
@@ -130,6 +132,36 @@ def _shared_config(result: TaskResult) -> dict[str, Any]:
     return {k: v for k, v in result.config.items() if k != "seed"}
 
 
+def check_result_draws(results: list[TaskResult]) -> None:
+    """The seeds' data, as their config says: one draw that every seed trained on, or
+    (``dataset.options.draw: per_seed``) a draw of each seed's own; else one line naming
+    the seed."""
+    first = results[0]
+    if not draws_per_seed(first.config):
+        for result in results:
+            if result.data_fingerprint != first.data_fingerprint:
+                raise SuiteError(f"seed {result.seed} ran on different data than seed {first.seed}")
+        return
+    seen: dict[str, int] = {}
+    for result in results:
+        other = seen.setdefault(result.data_fingerprint, result.seed)
+        if other != result.seed:
+            raise SuiteError(
+                f"seed {result.seed} ran on the same data as seed {other} (fingerprint "
+                f"{result.data_fingerprint[:16]}...), but its config draws the data per seed "
+                "(dataset.options.draw: per_seed): each seed's data must be its own draw"
+            )
+
+
+def data_fingerprint_of(results: list[TaskResult]) -> str:
+    """The data fingerprint of a submission of ``results`` (seeds of one config): their
+    one data's, or where each seed drew its own, :func:`~suite.leaderboard.schema.draws_digest`
+    of theirs."""
+    if draws_per_seed(results[0].config):
+        return draws_digest({r.seed: r.data_fingerprint for r in results})
+    return results[0].data_fingerprint
+
+
 def build_submission(
     results: list[TaskResult],
     submitter: str,
@@ -149,8 +181,6 @@ def build_submission(
             raise SuiteError(f"seed {result.seed}: its config does not hash to its config_hash")
         if _shared_config(result) != config:
             raise SuiteError(f"seed {result.seed} ran a different config than seed {first.seed}")
-        if result.data_fingerprint != first.data_fingerprint:
-            raise SuiteError(f"seed {result.seed} ran on different data than seed {first.seed}")
         if set(result.metrics) != set(first.metrics):
             raise SuiteError(f"seed {result.seed} has other metrics than seed {first.seed}")
         for key in ENV_KEYS:
@@ -162,6 +192,8 @@ def build_submission(
     seeds = [r.seed for r in results]
     if len(set(seeds)) != len(seeds):
         raise SuiteError(f"seeds repeat: {seeds}")
+    check_result_draws(results)
+    per_seed = draws_per_seed(config)
     metrics = {}
     for name in sorted(first.metrics):
         mean, std = summarize([r.metrics[name] for r in results])
@@ -176,7 +208,7 @@ def build_submission(
         "dataset": first.dataset,
         "protocol": first.protocol or "default",
         "task": first.task,
-        "data_fingerprint": first.data_fingerprint,
+        "data_fingerprint": data_fingerprint_of(results),
         "config_hash": stable_hash(config),
         "config": config,
         "seeds": [
@@ -185,6 +217,7 @@ def build_submission(
                 config_hash=r.config_hash,
                 mlflow_run_id=r.mlflow_run_id,
                 metrics={k: float(v) for k, v in sorted(r.metrics.items())},
+                data_fingerprint=r.data_fingerprint if per_seed else None,
             )
             for r in results
         ],

@@ -7,7 +7,9 @@ resolves (``validate_config``) to the recorded values; names agree with the conf
 metrics are the ones the task declares (:mod:`suite.leaderboard.metrics`), with the
 declared direction, inside the declared bounds, and their mean/std agree with the seeds'
 values (relative tolerance 1e-9); at least three distinct seeds; the data fingerprint is the
-registered one for the dataset, protocol and options; no two entries share config hash,
+registered one for the dataset, protocol and options (where the config draws the data per
+seed: each seed's is the registered one for the options with its ``draw_seed``, and
+``data_fingerprint`` is their digest); no two entries share config hash,
 fingerprint, task and submitter (names compared NFKC-normalized, invisible characters
 removed, case-folded). Of two duplicates the one already on the board (committed to git,
 else the earlier recorded date, else the smaller content hash: never the file name) stays
@@ -40,7 +42,7 @@ from pydantic import ValidationError
 from suite.config import stable_hash
 from suite.errors import ConfigError, SuiteError
 from suite.leaderboard import FINGERPRINTS, SUBMISSIONS
-from suite.leaderboard.fingerprints import FingerprintRegistry, options_hash
+from suite.leaderboard.fingerprints import FingerprintRegistry, options_hash, seed_options
 from suite.leaderboard.history import flat, predating_change, resolve_recorded
 from suite.leaderboard.metrics import declared, required_metrics
 from suite.leaderboard.schema import (
@@ -48,6 +50,8 @@ from suite.leaderboard.schema import (
     MIN_SEEDS,
     Submission,
     SubmissionFileError,
+    draws_digest,
+    draws_per_seed,
     name_key,
     read_json_file,
 )
@@ -359,31 +363,90 @@ def check_metrics(name: str, sub: Submission) -> list[Problem]:
     return problems
 
 
+def check_draws(name: str, sub: Submission) -> list[Problem]:
+    """The seeds' fingerprints agree with the config's draw: where it draws the data per
+    seed (``dataset.options.draw: per_seed``) every seed records its own and
+    ``data_fingerprint`` is their :func:`~suite.leaderboard.schema.draws_digest`; else no
+    seed records one."""
+    per_seed = draws_per_seed(sub.config)
+    problems = []
+    for i, run in enumerate(sub.seeds):
+        if per_seed and run.data_fingerprint is None:
+            problems.append(
+                Problem(
+                    name,
+                    f"seeds[{i}].data_fingerprint",
+                    f"seed {run.seed}: is missing, but the config draws the data per seed "
+                    "(dataset.options.draw: per_seed): each seed records its own data's",
+                )
+            )
+        elif not per_seed and run.data_fingerprint is not None:
+            problems.append(
+                Problem(
+                    name,
+                    f"seeds[{i}].data_fingerprint",
+                    f"seed {run.seed}: must not be set: the config's seeds share one draw "
+                    "(dataset.options.draw is not per_seed), recorded once as data_fingerprint",
+                )
+            )
+    if per_seed and not problems:
+        digest = draws_digest(sub.seed_fingerprints())
+        if digest != sub.data_fingerprint:
+            problems.append(
+                Problem(
+                    name,
+                    "data_fingerprint",
+                    f"is {sub.data_fingerprint[:16]}... but the seeds' data fingerprints digest "
+                    f"to {digest[:16]}... (sha256 of their seed:fingerprint lines, by seed)",
+                )
+            )
+    return problems
+
+
 def check_fingerprint(name: str, sub: Submission, registry: FingerprintRegistry) -> list[Problem]:
+    """The data is the registered data of its dataset, protocol and options: the one
+    fingerprint, or where each seed drew its own (:func:`check_draws`), each seed's against
+    its options with ``draw_seed`` (:func:`~suite.leaderboard.fingerprints.seed_options`)."""
     options = _get(sub.config, "dataset", "options")
     options = options if isinstance(options, dict) else {}
+    problems = check_draws(name, sub)
+    if not draws_per_seed(sub.config):
+        found = _unregistered(registry, sub, options, sub.data_fingerprint)
+        if found:
+            problems.append(Problem(name, "data_fingerprint", *found))
+        return problems
+    for i, run in enumerate(sub.seeds):
+        if run.data_fingerprint is None:
+            continue  # check_draws reported it
+        found = _unregistered(registry, sub, seed_options(options, run.seed), run.data_fingerprint)
+        if found:
+            message, code = found
+            problems.append(
+                Problem(name, f"seeds[{i}].data_fingerprint", f"seed {run.seed}: {message}", code)
+            )
+    return problems
+
+
+def _unregistered(
+    registry: FingerprintRegistry, sub: Submission, options: dict[str, Any], fingerprint: str
+) -> tuple[str, str] | None:
+    """(message, code) when ``fingerprint`` is not the one registered for ``sub``'s dataset
+    and protocol under ``options`` (none registered: coded :data:`UNREGISTERED`)."""
     where = f"{sub.dataset}/{sub.protocol} with options hash {options_hash(options)}"
     entry = registry.lookup(sub.dataset, sub.protocol, options)
     if entry is None:
-        return [
-            Problem(
-                name,
-                "data_fingerprint",
-                f"no registered fingerprint for {where} in {FINGERPRINTS}; synthetic data: run "
-                "`suite leaderboard fingerprints --update`; real data: a maintainer registers it",
-                UNREGISTERED,
-            )
-        ]
-    if entry.fingerprint != sub.data_fingerprint:
-        return [
-            Problem(
-                name,
-                "data_fingerprint",
-                f"is {sub.data_fingerprint[:16]}... but the registered fingerprint for {where} "
-                f"is {entry.fingerprint[:16]}...",
-            )
-        ]
-    return []
+        return (
+            f"no registered fingerprint for {where} in {FINGERPRINTS}; synthetic data: run "
+            "`suite leaderboard fingerprints --update`; real data: a maintainer registers it",
+            UNREGISTERED,
+        )
+    if entry.fingerprint != fingerprint:
+        return (
+            f"is {fingerprint[:16]}... but the registered fingerprint for {where} "
+            f"is {entry.fingerprint[:16]}...",
+            "error",
+        )
+    return None
 
 
 def check_submission(

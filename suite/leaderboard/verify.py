@@ -5,7 +5,8 @@ like any run (tagged ``suite.verify_of``), with exactly the recorded config: a f
 to the suite since the record was made takes the value that reproduces the old behaviour
 (:data:`suite.leaderboard.history.ADDED_SINCE`), never today's default. A stale
 submission (:mod:`suite.leaderboard.history`) may be re-run but not recorded. Before training, the prepared data's
-fingerprint must equal the recorded one.
+fingerprint must equal the recorded one: the seed's own where each seed drew its data
+(``dataset.options.draw: per_seed``; the re-run's config draws it with the seed again).
 
 Comparison rules, by the kind each task declares for a metric
 (:class:`suite.results.MetricSpec`):
@@ -36,7 +37,7 @@ from suite.errors import SuiteError
 from suite.leaderboard.history import ADDED_SINCE, Resolved, recorded_hash, resolve_recorded
 from suite.leaderboard.metrics import declared
 from suite.leaderboard.schema import Submission
-from suite.leaderboard.validate import STALE, check_config, load_submission
+from suite.leaderboard.validate import STALE, check_config, check_draws, load_submission
 from suite.leaderboard.verified import (
     VERIFICATIONS,
     Verification,
@@ -128,12 +129,14 @@ class SeedRerun:
 
 
 def load_checked(path: Path) -> tuple[Submission, str | None]:
-    """The submission, with its config hashes checked, and why it is stale (None: it is
-    not); problems raise ``SuiteError``."""
+    """The submission, with its config hashes and its seeds' data fingerprints
+    (:func:`~suite.leaderboard.validate.check_draws`) checked, and why it is stale (None: it
+    is not); problems raise ``SuiteError``."""
     sub, problems = load_submission(path)
     if sub is None:
         raise SuiteError("; ".join(str(p) for p in problems))
     problems, warnings = check_config(str(path), sub)
+    problems += check_draws(str(path), sub)
     if problems:
         raise SuiteError("; ".join(str(p) for p in problems))
     stale = next((w.message for w in warnings if w.code == STALE), None)
@@ -215,10 +218,12 @@ def verify(
             outcome.notes.append(f"{name} here is {here}, the submission used {there}")
 
     prepared = get_prepared(config.dataset, progress=opts.progress)
-    if prepared.fingerprint != sub.data_fingerprint:
+    recorded = sub.seed_fingerprints()[seed]
+    if prepared.fingerprint != recorded:
+        of = f" seed {seed}'s" if sub.per_seed_draws else ""
         raise SuiteError(
             f"{path}: the prepared data's fingerprint {prepared.fingerprint[:16]}... is not the "
-            f"recorded {sub.data_fingerprint[:16]}... ({config.dataset.name}/{config.dataset.protocol}); "
+            f"recorded{of} {recorded[:16]}... ({config.dataset.name}/{config.dataset.protocol}); "
             "not re-running on different data"
         )
     log(
