@@ -300,3 +300,27 @@ def test_tune_on_a_profile_without_tuning_says_so(
     assert main(["reproduce", "--profile", "quick", "--paper", str(path), "--tune"]) == 2
     assert "no reproduction spec has a tuning block in profile 'quick'" in capsys.readouterr().err
     assert not tuned_dir.exists()
+
+
+def test_a_profile_renamed_after_tuning_keeps_its_values_with_tuned_as(
+    tmp_path: Path, tuned_dir: Path
+) -> None:
+    """``tuned_as: standard`` on a copy of the standard profile under another name: its runs
+    train with the standard's tuned values and ``--tune`` finds every study done."""
+    from suite.reproduce.tuning import kept_entries
+
+    data = spec_data()
+    spec_path = write_spec(tmp_path / "specs", data)
+    assert tune(spec_path, tmp_path, "a") == 0
+    data["profiles"]["renamed"] = {
+        **copy.deepcopy(data["profiles"]["standard"]),
+        "tuned_as": "standard",
+    }
+    spec = load_spec(write_spec(tmp_path / "specs", data))
+    for run_id in ("full", "qr_4", "qr_2"):
+        assert run_config(spec, "renamed", run_id, {}) == run_config(spec, "standard", run_id, {})
+    assert set(kept_entries(spec, "renamed")) == {"full", "qr_4"}  # nothing to tune again
+    assert not tuned_path("tiny", "renamed").exists()
+    del data["profiles"]["renamed"]["tuned_as"]
+    with pytest.raises(ConfigError, match=r"tiny\.renamed\.yaml does not exist"):
+        run_config(load_spec(write_spec(tmp_path / "specs", data)), "renamed", "qr_4", {})

@@ -97,7 +97,7 @@ def tuning_rows(outcome: PaperOutcome) -> list[dict[str, str]]:
         return []
     profile, tuning = source
     try:
-        tuned = read_tuned(outcome.spec.paper, profile)
+        tuned = read_tuned(outcome.spec.paper, outcome.spec.tuned_key(profile))
     except ConfigError:
         return []
     rows = []
@@ -134,7 +134,7 @@ def tuning_intro(outcome: PaperOutcome) -> str:
     start = f", TPE's first {tuning.startup_trials} random" if tuning.startup_trials else ""
     pruned = ", median pruning on the validations" if tuning.pruning else ""
     return (
-        f"Tuned values (`{tuned_path(outcome.spec.paper, profile).name}` in "
+        f"Tuned values (`{tuned_path(outcome.spec.paper, outcome.spec.tuned_key(profile)).name}` in "
         f"suite/reproductions/tuned): each tuned run's own Optuna study of {tuning.n_trials} "
         f"trials{start}{pruned}; "
         "top-3 spread is the max - min validation AUC of its three best complete trials "

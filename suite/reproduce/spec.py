@@ -361,6 +361,12 @@ class Profile(Frozen):
         description="another profile whose base, seeds, per-run extras and tuned values this "
         "one takes (the regime profile: suite.reproduce.regime_runs)",
     )
+    tuned_as: str | None = Field(
+        None,
+        description="the name its tuned file (<paper>.<name>.yaml) and tuning studies go by "
+        "(default: the profile's own), so a profile renamed after it was tuned keeps its "
+        "tuned values and resumable studies",
+    )
     regimes: str | None = Field(
         None,
         description="a regime profile (with like): the file, under suite/reproductions, of "
@@ -690,6 +696,10 @@ class ReproductionSpec(Frozen):
             profiles[name] = {**inherited, **profile}
         return {**data, "profiles": profiles}
 
+    def tuned_key(self, profile: str) -> str:
+        """The name ``profile``'s tuned file and studies go by: its ``tuned_as``, else its own."""
+        return self.profiles[profile].tuned_as or profile
+
     @field_validator("claims")
     @classmethod
     def _expand(cls, claims: list[Claim]) -> list[Claim]:
@@ -775,7 +785,7 @@ def tuning_study(spec: ReproductionSpec, profile: str, run_id: str, base: RunCon
         raise ConfigError(f"profile {profile!r} of paper {spec.paper!r} has no tuning block")
     return StudySpec.model_validate(
         {
-            "name": study_name(spec.paper, profile, run_id),
+            "name": study_name(spec.paper, spec.tuned_key(profile), run_id),
             "description": f"{spec.paper}/{run_id} ({profile}): tuned for the reproduction",
             "base": base,
             "space": {"params": tuning.run_space(run_id)},

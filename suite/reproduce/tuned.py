@@ -82,11 +82,12 @@ def tuned_overrides(spec: ReproductionSpec, profile: str, run_id: str) -> dict[s
     source = tuning.source(run_id) if tuning is not None else None
     if tuning is None or source is None:
         return {}
-    entry = read_tuned(spec.paper, profile).runs.get(source)
+    key = spec.tuned_key(profile)
+    entry = read_tuned(spec.paper, key).runs.get(source)
     mismatch = space_mismatch(entry, tuning.run_space(source), source)
     if mismatch is not None:
         raise ConfigError(
-            f"tuned file {tuned_path(spec.paper, profile)}: {mismatch}; "
+            f"tuned file {tuned_path(spec.paper, key)}: {mismatch}; "
             f"tune again: {tune_command(spec.paper, profile, [], 1)}"
         )
     assert entry is not None

@@ -169,7 +169,7 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
     if entries and request.progress:
         print(
             f"{spec.paper}: kept the tuned values of {', '.join(entries)} "
-            f"({tuned_path(spec.paper, request.profile)}); --retune tunes them again"
+            f"({tuned_path(spec.paper, spec.tuned_key(request.profile))}); --retune tunes them again"
         )
     for run_id in tuning.runs:
         if run_id in entries:
@@ -194,8 +194,8 @@ def tune_paper(spec: ReproductionSpec, name: str, request: TuneRequest) -> Path:
             pruning=tuning.pruning.model_dump(mode="json") if tuning.pruning else None,
             top3_val_auc_spread=spread,
         )
-        _write_entries(spec.paper, request.profile, tuning.runs, entries)
-    return _write_entries(spec.paper, request.profile, tuning.runs, entries)
+        _write_entries(spec.paper, spec.tuned_key(request.profile), tuning.runs, entries)
+    return _write_entries(spec.paper, spec.tuned_key(request.profile), tuning.runs, entries)
 
 
 def _write_entries(
@@ -213,17 +213,18 @@ def kept_entries(spec: ReproductionSpec, profile: str) -> dict[str, TunedRun]:
     same budget and sampler seed. ``--tune`` tunes only the other runs (a run added to the
     block, or one whose space, budget or seed changed)."""
     tuning = spec.profiles[profile].tuning
-    if tuning is None or not tuned_path(spec.paper, profile).is_file():
+    key = spec.tuned_key(profile)
+    if tuning is None or not tuned_path(spec.paper, key).is_file():
         return {}
     kept = {}
-    for run_id, entry in read_tuned(spec.paper, profile).runs.items():
+    for run_id, entry in read_tuned(spec.paper, key).runs.items():
         if run_id not in tuning.runs:
             continue
         if (
             space_mismatch(entry, tuning.run_space(run_id), run_id) is None
             and entry.trials == tuning.n_trials
             and entry.sampler_seed == tuning.seed
-            and entry.study == study_name(spec.paper, profile, run_id)
+            and entry.study == study_name(spec.paper, key, run_id)
             and entry.settings_match(tuning)
         ):
             kept[run_id] = entry
