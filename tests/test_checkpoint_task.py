@@ -53,6 +53,17 @@ def test_checkpoint_task_reports_bytes_and_restored_accuracy(isolated: Path) -> 
         assert Path(plot).is_file() and Path(plot).with_suffix(".pdf").is_file()
 
 
+def test_checkpoint_bytes_are_the_same_on_a_rerun(isolated: Path) -> None:
+    """Every byte count is the same when the same run is written again: the counts are of
+    the checkpoints' data files, not of their manifests, whose time stamps and timings vary
+    in length."""
+    figures = []
+    for _ in range(2):
+        metrics = execute(tiny_config(task="checkpoint", overrides=SHORT_CHECKPOINT_TASK)).metrics
+        figures.append({k: v for k, v in metrics.items() if "bytes" in k or "reduction" in k})
+    assert figures[0] and figures[0] == figures[1]
+
+
 def test_checkpoint_task_refuses_a_method_that_cannot_checkpoint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -15,7 +15,8 @@ directory, all of them kept):
 Per kind: bytes per checkpoint and in total, of the embedding weights alone (what
 quantization shrinks), of the embedding (weights, their row-wise optimizer state, which
 every kind keeps exact as Check-N-Run quantizes embedding vectors only, and an
-increment's row ids) and of everything; write time and bandwidth; restore time; the
+increment's row ids) and of everything (every data file of a checkpoint; its small
+manifest, whose time stamps vary, left out); write time and bandwidth; restore time; the
 fraction of rows modified per interval; the write-bandwidth reduction (total bytes
 written, full / kind) and capacity reduction (largest storage a restore needs, full /
 kind). Per bit width, the arithmetic bound of a quantized checkpoint's reduction (a row

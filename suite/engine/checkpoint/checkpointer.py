@@ -46,7 +46,7 @@ from suite.engine.checkpoint.store import (
     MANIFEST,
     CheckpointError,
     CheckpointStore,
-    dir_bytes,
+    data_bytes,
     read_manifest,
     read_tensors,
     tensor_bytes,
@@ -348,7 +348,7 @@ class Checkpointer:
         path = self.store.publish(f"ckpt-{seq:06d}", tensors, manifest)
         if kind == "full":
             self._chain_base = seq
-        nbytes = dir_bytes(path)
+        nbytes = data_bytes(path)
         emb_bytes = sum(
             tensor_bytes(v) for k, v in tensors.items() if k.startswith(("embedding.", "rows."))
         )

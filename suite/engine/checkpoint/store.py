@@ -63,9 +63,10 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def dir_bytes(path: Path) -> int:
-    """Bytes of the files directly in ``path``."""
-    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+def data_bytes(path: Path) -> int:
+    """Bytes of the data files directly in checkpoint directory ``path``: every file but its
+    manifest, whose time stamps and timings make its length vary from run to run."""
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file() and f.name != MANIFEST)
 
 
 def _fsync_dir(path: Path) -> None:
