@@ -279,7 +279,7 @@ def test_shipped_board_links_each_entrys_config_and_record_and_draws_its_cis(
         assert "train:" in entry["config"]["text"] and "dataset:" in entry["config"]["text"]
         assert "mlflow_parent_run_id:" in entry["record"]["text"]  # where its runs are
         assert "verifications:" in entry["record"]["text"]
-    # one chart per board of two or more, each entry a point with its 95% CI bar
+    # one chart per board of two or more, each entry a point with its 90% CI bar
     charts = browser.find_elements(By.CSS_SELECTOR, "[id^='chart-']")
     assert charts
     for chart in charts:

@@ -395,12 +395,13 @@ def test_a_config_several_papers_share_trains_once_with_every_role() -> None:
 
 
 def test_a_bootstrap_claim_uses_the_seeded_percentile_interval() -> None:
+    from suite.decisions import INTERVAL_LEVEL
     from suite.stats import bootstrap_ci
 
     ratios = [0.30, 0.31, 0.30, 0.45, 0.30]  # skewed: one seed far out
     figs = {"r": {s: {"x": v} for s, v in zip(SEEDS, ratios, strict=True)}}
     outcome = evaluate(claim("at_most", "r.x", 0.5, ci="bootstrap"), figs)
-    expected = bootstrap_ci(ratios, resamples=1000)
+    expected = bootstrap_ci(ratios, INTERVAL_LEVEL, resamples=1000)  # the report's one level
     assert (outcome.left.low, outcome.left.high) == (expected.low, expected.high)
     assert outcome.verdict == "holds"
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from suite.decisions import (
     ALPHA,
+    INTERVAL_LEVEL,
     Noise,
     Plan,
     Test,
@@ -321,9 +322,9 @@ def resolve(operand: Operand, figures: SeedFigures, seeds: list[int]) -> np.ndar
 
 def _interval(values: np.ndarray, method: str) -> Interval:
     return (
-        bootstrap_ci(values, resamples=BOOTSTRAP_RESAMPLES)
+        bootstrap_ci(values, INTERVAL_LEVEL, resamples=BOOTSTRAP_RESAMPLES)
         if method == "bootstrap"
-        else mean_ci(values)
+        else mean_ci(values, INTERVAL_LEVEL)
     )
 
 

@@ -10,9 +10,9 @@ run's total embedding bytes (``embedding_total_bytes``: parameters, index, utili
 sparse optimizer state), the options chosen by the method's own ``options_at_budget``
 (``suite.embeddings.budget``) on the run's data and under its sparse optimizer. The report's curve section has:
 
-- one plot per dataset: test AUC (mean, 95% CI) against total bytes, log x, a colour per
+- one plot per dataset: test AUC (mean, 90% CI) against total bytes, log x, a colour per
   method (``suite.figures``), the reference as a dashed line;
-- a table per budget: mean test AUC [95% CI: seed spread plus the test set's shared DeLong
+- a table per budget: mean test AUC [90% CI: seed spread plus the test set's shared DeLong
   variance], rank, and how each method stands against the best at that budget:
   ``below the best`` when the method is shown more than 0.001 below the best (a
   selection-aware test, :func:`below_best_p`: the best is picked from the same data, so
@@ -36,7 +36,7 @@ from itertools import combinations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from suite.decisions import ALPHA, Noise, decide, holm, noise_of, t_quantile
+from suite.decisions import ALPHA, INTERVAL_LEVEL, Noise, decide, holm, noise_of, t_quantile
 from suite.reproduce.outcome import PaperOutcome, SeededRun, stretch_of
 from suite.reproduce.spec import Curve
 
@@ -54,7 +54,7 @@ TestVariance = Callable[[str, str], tuple[float, int]]
 class Standing:
     """One method at one budget: its AUC and how it stands against the best there.
 
-    ``auc``, ``low``, ``high``: mean test AUC over seeds and its 95% interval; ``rank``: 1
+    ``auc``, ``low``, ``high``: mean test AUC over seeds and its 90% interval; ``rank``: 1
     for the best (highest mean); ``p_below``: the selection-aware p of "more than
     :data:`MARGIN` below the best" (:func:`below_best_p`; from :func:`rank_budget` over the
     budget's methods, from :func:`rank_curve` also Bonferroni over the table's budgets; NaN
@@ -74,13 +74,13 @@ class Standing:
 
 
 def auc_interval(values: list[float], test_var: float, rows: int) -> tuple[float, float, float]:
-    """Mean of per-seed ``values [n]`` and its 95% interval, the test set's shared
+    """Mean of per-seed ``values [n]`` and its 90% interval (``INTERVAL_LEVEL``), the test set's shared
     variance ``test_var`` added to the seed spread (``suite.decisions``)."""
     noise = noise_of(values, test_var, rows)
     mean = float(np.mean(values)) if values else math.nan
     if noise.n < 2:
         return mean, math.nan, math.nan
-    half = t_quantile(0.975, noise.dof()) * math.sqrt(noise.variance())
+    half = t_quantile(0.5 + INTERVAL_LEVEL / 2, noise.dof()) * math.sqrt(noise.variance())
     return mean, mean - half, mean + half
 
 

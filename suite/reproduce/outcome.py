@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from suite.config import RunConfig
+from suite.decisions import INTERVAL_LEVEL
 from suite.reproduce.claims import COMPUTE_METRIC, ClaimOutcome, NoiseLookup
 from suite.reproduce.plan import ReproductionPlan
 from suite.reproduce.spec import ReproductionSpec
@@ -35,7 +36,7 @@ class SeededRun:
 
     def interval(self, metric: str) -> Interval:
         values = [m[metric] for m in self.per_seed.values() if metric in m]
-        return mean_ci(values)
+        return mean_ci(values, INTERVAL_LEVEL)
 
     @property
     def metrics(self) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Plots of a reproduction, with 95% CI error bars over seeds: AUC against embedding
+"""Plots of a reproduction, with 90% CI error bars over seeds: AUC against embedding
 memory for every method (one plot per dataset), and each scaling study with its fits.
 
 Colours come from :mod:`suite.figures` (one per method/backbone in every figure) and each
@@ -79,7 +79,7 @@ def one_point_per_memory(part):
 
 
 def auc_vs_bytes_figure(part, dataset: str):
-    """Test AUC against embedding MiB (log), one line per method with its 95% CI bars.
+    """Test AUC against embedding MiB (log), one line per method with its 90% CI bars.
 
     ``part``: :func:`accuracy_points` rows of one dataset. Returns the Figure.
     """
@@ -103,7 +103,7 @@ def auc_vs_bytes_figure(part, dataset: str):
     plain_log_ticks(ax)
     ax.legend(fontsize=8, loc="best", title="embedding", title_fontsize=8)
     ax.set_xlabel("embedding memory (MiB, log scale)")
-    ax.set_ylabel("test AUC (mean and 95% CI over seeds)")
+    ax.set_ylabel("test AUC (mean and 90% CI over seeds)")
     ax.set_title(f"Test AUC vs embedding memory per method ({dataset})")
     return fig
 
@@ -123,13 +123,13 @@ def draw_auc_vs_bytes(reproduction: Reproduction, out_dir: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class Family:
-    """One scaling family of a reproduction: its runs' compute and metric with 95% CIs."""
+    """One scaling family of a reproduction: its runs' compute and metric with 90% CIs."""
 
     name: str
     backbone: str
     flops: np.ndarray  # [P] training FLOPs per size
     means: np.ndarray  # [P] metric mean over seeds
-    errs: np.ndarray  # [P] 95% CI half-width (0 without one)
+    errs: np.ndarray  # [P] 90% CI half-width (0 without one)
     fit: ScalingFit
 
 
@@ -150,7 +150,7 @@ def _family_label(family: Family) -> str:
 
 def scaling_figure(metric: str, families: list[Family]):
     """``metric`` against training FLOPs (log), one colour per backbone: seed means with
-    95% CI bars and, where the fit converged, the fitted law dashed. Returns the Figure."""
+    90% CI bars and, where the fit converged, the fitted law dashed. Returns the Figure."""
     fig, ax = figure()
     handles = []  # in drawing order: each family's points, then its fit
     for family in families:
@@ -179,7 +179,7 @@ def scaling_figure(metric: str, families: list[Family]):
     backbones = ", ".join(label(b) for b in dict.fromkeys(f.backbone for f in families))
     ax.set_xscale("log")
     ax.set_xlabel("training compute $C$ (FLOPs, log scale)")
-    ax.set_ylabel(f"{metric_label(metric)} (mean and 95% CI over seeds)")
+    ax.set_ylabel(f"{metric_label(metric)} (mean and 90% CI over seeds)")
     ax.set_title(
         f"Scaling: {metric_label(metric)} vs training FLOPs ({backbones})\n"
         f"dashed: fitted {SCALING_LAW}",
@@ -223,7 +223,7 @@ LINE = {"fmt": "-o", "capsize": 3, "markersize": 4, "lw": 1.4}
 
 
 def curve_figure(data: CurveData):
-    """Test AUC (mean, 95% CI) against total embedding bytes (MiB, log), a line per
+    """Test AUC (mean, 90% CI) against total embedding bytes (MiB, log), a line per
     method, the reference dashed. Returns the Figure."""
     fig, ax = figure()
     by_method: dict[str, list[Standing]] = {}
@@ -254,7 +254,7 @@ def curve_figure(data: CurveData):
     ax.set_xscale("log")
     plain_log_ticks(ax)
     ax.set_xlabel("total embedding bytes incl. optimizer state (MiB, log scale)")
-    ax.set_ylabel("test AUC (mean and 95% CI)")
+    ax.set_ylabel("test AUC (mean and 90% CI)")
     ax.set_title(f"Compression methods at equal memory ({data.dataset})")
     ax.legend(fontsize=7, loc="best", title="method", title_fontsize=7)
     return fig

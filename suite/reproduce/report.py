@@ -20,7 +20,7 @@ from typing import Any
 from suite import units
 from suite.config import RunConfig
 from suite.data.source import get_prepared
-from suite.decisions import holm
+from suite.decisions import INTERVAL_LEVEL, holm
 from suite.environment import environment
 from suite.figures import label
 from suite.fileio import write_text_atomic
@@ -166,7 +166,7 @@ def claim_row(outcome: ClaimOutcome) -> dict[str, str]:
         "claim": claim_text(outcome),
         "basis": c.basis,
         "test": describe(c),
-        "left (mean [95% CI])": interval(outcome.left, left_unit),
+        "left (mean [90% CI])": interval(outcome.left, left_unit),
         "right": right,
         "tested figure [90% CI]": interval(tested, diff_unit) or "—",
         "SE": se_cell(outcome),
@@ -398,7 +398,7 @@ METHOD_TEXT = (
     "count), shown and counted apart. † marks a verdict resting on a run whose validation "
     "AUC was still rising when it stopped (best at one of its last two validations): not "
     "final. Claims on timings (machine-dependent figures) are judged in the Timings "
-    "section and counted there. Left and right columns show 95% t intervals over seeds."
+    "section and counted there. Left and right columns show 90% t intervals over seeds."
 )
 
 
@@ -570,7 +570,7 @@ def _step_cost(rec: SeededRun, reference: SeededRun) -> str:
     ]
     if not ratios:
         return "n/a"
-    ci = mean_ci(ratios)
+    ci = mean_ci(ratios, INTERVAL_LEVEL)
     if math.isnan(ci.low):
         return f"{ci.mean:.2f}x"
     return f"{ci.mean:.2f}x [{ci.low:.2f}, {ci.high:.2f}]"
@@ -598,7 +598,7 @@ def curve_section(outcome: PaperOutcome) -> list[str]:
         "paired t on the seeds' n - 1 dof, Bonferroni over the rivals, Holm over the "
         "budget's methods, Bonferroni over this table's budgets); TOST's p's are "
         "Holm-adjusted over this table. Step cost: reference train samples/s over the "
-        "method's, per seed, in this reproduction on this machine [95% CI].",
+        "method's, per seed, in this reproduction on this machine [90% CI].",
         "",
     ]
     if test_variance(outcome)(data.curve.reference, "")[1] == 0:
@@ -621,7 +621,7 @@ def curve_section(outcome: PaperOutcome) -> list[str]:
                     "method": label(s.method),
                     "options": _chosen(rec.config),
                     "total bytes (of full)": f"{total:,.0f} ({total / full_bytes:.3f})",
-                    "test AUC [95% CI]": f"{s.auc:.4f}{ci}",
+                    "test AUC [90% CI]": f"{s.auc:.4f}{ci}",
                     "rank": str(s.rank),
                     "vs best (p: > 0.001 below any, TOST)": s.verdict
                     + ("" if s.rank == 1 else f" ({s.p_below:.2g}, {s.p_equivalent:.2g})"),
