@@ -69,3 +69,29 @@ def test_a_job_that_cannot_fit_its_device_stops_before_training(
     assert line.startswith("error: device: job qr/hash_") and "but the cpu has 1 MiB" in line
     assert line.endswith("nothing was trained")
     assert not (tmp_path / "out").exists() and not (tmp_path / "m.db").exists()
+
+
+def test_workers_that_share_the_cpu_memory_must_fit_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU the workers share one memory: two workers whose largest jobs fit alone
+    but not together stop before training, saying how many workers fit; one worker runs."""
+    from suite.reproduce.costs import check_fit, max_concurrent, plan_costs, shape_cardinalities
+    from suite.reproduce.plan import build_plan
+
+    plan = build_plan("quick", None, ["qr-above-hash-2"], {}, shape_cardinalities)
+    sizes = sorted((r.memory.total for r in plan_costs(plan, 2, rates=False).runs), reverse=True)
+    between = f"{sizes[0] + sizes[0] // 2}"  # one largest job fits, two of them do not
+    args = ["reproduce", "--profile", "quick", "--claim", "qr-above-hash-2", "--quiet"]
+    args += ["--out", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]
+    done = _suite([*args, "--workers", "2"], tmp_path, RECSUITE_DEVICE_MEMORY=between)
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert "2 workers may run the 2 largest jobs at once" in line
+    assert "use --workers 1 or fewer; nothing was trained" in line
+    assert not (tmp_path / "out").exists()
+    shown = _suite([*args, "--workers", "2", "--plan"], tmp_path, RECSUITE_DEVICE_MEMORY=between)
+    assert "DO NOT FIT: use --workers 1" in shown.stdout
+    monkeypatch.setenv("RECSUITE_DEVICE_MEMORY", between)
+    check_fit(plan_costs(plan, 1, rates=False))  # one worker: each job alone fits
+    assert max_concurrent(plan_costs(plan, 2, rates=False).runs[:1], int(between)) == 1

@@ -295,7 +295,7 @@ def plan_lines(title: str, plan: ReproductionPlan, costs: PlanCosts) -> list[str
     jobs alike) and the totals."""
     from tabulate import tabulate
 
-    from suite.reproduce.costs import rate_advice
+    from suite.reproduce.costs import max_concurrent, rate_advice, shared_memory_jobs
     from suite.units import human_bytes, human_count, human_duration
 
     runs = costs.runs
@@ -353,6 +353,15 @@ def plan_lines(title: str, plan: ReproductionPlan, costs: PlanCosts) -> list[str
         "auxiliary and sparse optimizer state; activations x3 for backward, or one "
         "evaluation batch"
     )
+    shared = shared_memory_jobs(costs)
+    if shared is not None:
+        largest, together, available, _ = shared
+        fitting = max_concurrent(largest, available)
+        verdict = "fit" if fitting >= len(largest) else f"DO NOT FIT: use --workers {fitting}"
+        lines.append(
+            f"memory on the cpu's {costs.workers} workers: the {len(largest)} largest jobs "
+            f"together {human_bytes(together)} of {human_bytes(available)}: {verdict}"
+        )
     device_h = costs.device_seconds / 3600
     lines.append(
         "time: training steps x batch / the samples/s of stored runs of the same device "

@@ -534,7 +534,9 @@ def plan_costs(
 
 def check_fit(costs: PlanCosts) -> None:
     """Raise :class:`ConfigError` (one line, exit 2) naming the first job that cannot fit
-    its device, with the bytes it needs and the bytes there are."""
+    its device, with the bytes it needs and the bytes there are; on the CPU, whose memory
+    the workers share, also where the :attr:`~PlanCosts.workers` largest jobs cannot fit
+    together (on CUDA each worker has its own GPU)."""
     for run in costs.runs:
         if not run.fits:
             assert run.device.available is not None
@@ -544,6 +546,48 @@ def check_fit(costs: PlanCosts) -> None:
                 f"{human_bytes(run.device.available)} ({run.device.available:,} bytes, "
                 f"{run.device.source}); nothing was trained"
             )
+    shared = shared_memory_jobs(costs)
+    if shared is None:
+        return
+    jobs, together, available, source = shared
+    fitting = max_concurrent(jobs, available)
+    if len(jobs) > fitting:
+        raise ConfigError(
+            f"device: {len(jobs)} workers may run the {len(jobs)} largest jobs at once "
+            f"({', '.join(dict.fromkeys(r.label for r in jobs))}), needing "
+            f"{human_bytes(together)} ({together:,} bytes), but the cpu has "
+            f"{human_bytes(available)} ({available:,} bytes, {source}); use --workers "
+            f"{fitting} or fewer; nothing was trained"
+        )
+
+
+def shared_memory_jobs(costs: PlanCosts) -> tuple[list[RunCost], int, int, str] | None:
+    """The CPU jobs that ``costs.workers`` workers may run at once at worst (the largest,
+    one per worker, a run's seeds counted apart), their summed memory, and the CPU's
+    memory and its source; None where no CPU job runs, one worker does, or the memory is
+    unknown."""
+    cpu = [r for r in costs.runs if r.device.kind == "cpu"]
+    if not cpu or costs.workers < 2 or cpu[0].device.available is None:
+        return None
+    jobs = sorted((r for r in cpu for _ in range(r.seeds)), key=lambda r: -r.memory.total)
+    largest = jobs[: costs.workers]
+    return (
+        largest,
+        sum(r.memory.total for r in largest),
+        cpu[0].device.available,
+        cpu[0].device.source,
+    )
+
+
+def max_concurrent(largest: list[RunCost], available: int) -> int:
+    """How many of ``largest`` (largest first) fit ``available`` bytes together (>= 1)."""
+    total, count = 0, 0
+    for run in largest:
+        total += run.memory.total
+        if total > available:
+            break
+        count += 1
+    return max(1, count)
 
 
 def rate_advice(device: str) -> str:
