@@ -92,3 +92,28 @@ def test_regimes_without_like_is_refused_in_one_line(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ConfigError, match=r"regimes: 'regimes.yaml' makes a regime profile.*like"):
         load_spec(path)
+
+
+def test_the_ground_profiles_judge_the_claims_of_the_profiles_they_replace() -> None:
+    """Each ground profile (issue 68) judges exactly the claims of the profile it is to
+    replace, plus DHE's ablation of the regularised baseline, and tunes every run that
+    profile tuned (lowprec's model too), full tables included wherever they are compared."""
+    from suite.reproduce.plan import selected_claims
+    from suite.reproduce.spec import list_specs
+
+    pairs = {"standard": "ground", "regime": "ground-regime", "curve": "ground-curve"}
+    for name in list_specs():
+        spec = load_spec(name)
+        for old, new in pairs.items():
+            if old not in spec.profiles:
+                assert new not in spec.profiles, (name, new)
+                continue
+            claims = {p: {c.id for c in selected_claims(spec, p, None)} for p in (old, new)}
+            extra = {"full-regularised-ablation"} if (name, new) == ("dhe", "ground") else set()
+            assert claims[new] == claims[old] | extra, (name, new)
+            before, after = spec.profiles[old].tuning, spec.profiles[new].tuning
+            if before is not None:
+                assert after is not None and set(before.runs) <= set(after.runs), (name, new)
+                assert after.n_trials >= 2.5 * (after.startup_trials or 10)
+                assert after.run_seed not in spec.profiles[new].seeds
+                assert {"train.embedding_l2", "train.weight_decay"} <= set(after.space)
