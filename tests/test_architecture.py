@@ -111,7 +111,7 @@ REPRODUCE_FLOORS: list[set[str]] = [
     {"claims", "tuned"},  # judging claims on figures; tuned values beside the spec
     {"store", "plan"},  # results on disk; the one ReproductionPlan
     {"outcome", "costs"},  # what a reproduction found; what its jobs will cost
-    {"judge", "curve"},  # claims judged on the runs; the curve's ranking
+    {"judge", "curve", "provenance"},  # claims judged; the curve's ranking; what runs rest on
     {"plots", "report", "runner", "tuning"},  # figures, REPORT.md, the jobs, the studies
     {"regime_runs"},  # the regime profile's reproductions
     {"regime_report"},
