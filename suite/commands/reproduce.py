@@ -12,6 +12,7 @@ from suite.executors import EXECUTORS
 if TYPE_CHECKING:
     from suite.reproduce.costs import PlanCosts
     from suite.reproduce.plan import ReproductionPlan
+    from suite.reproduce.regime_runs import RegimeSetup
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -203,7 +204,7 @@ def handle(args: argparse.Namespace) -> int:
         "from_results": from_results,
     }
     if args.plan:
-        return print_plan(args, overrides)
+        return print_plan(args, overrides, regime)
     if regime is not None:
         from suite.commands.regime import handle_regime
 
@@ -262,8 +263,9 @@ def rerun_job(args: argparse.Namespace, out_dir: object, overrides: dict) -> int
     return 1
 
 
-def print_plan(args: argparse.Namespace, overrides: dict) -> int:
-    """``--plan``: each profile's (each regime's) costs, trained and prepared nothing."""
+def print_plan(args: argparse.Namespace, overrides: dict, regime: RegimeSetup | None = None) -> int:
+    """``--plan``: each profile's (each regime's, ``regime`` a regime profile) costs,
+    trained and prepared nothing."""
     from suite.reproduce.costs import plan_costs, shape_cardinalities
     from suite.reproduce.plan import build_plan
 
@@ -271,9 +273,8 @@ def print_plan(args: argparse.Namespace, overrides: dict) -> int:
         from suite.errors import ConfigError
 
         raise ConfigError("--plan: not with --from-results, --rerun or --tune (it trains nothing)")
-    from suite.reproduce.regime_runs import load_regimes, regime_plans, regime_setup
+    from suite.reproduce.regime_runs import load_regimes, regime_plans
 
-    regime = regime_setup(args.profile, args.paper)
     if regime is not None:
         regimes = load_regimes(regime.regimes_file)
         plans = regime_plans(
