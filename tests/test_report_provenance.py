@@ -53,6 +53,11 @@ def test_a_report_names_each_seeds_draw_and_the_tuned_values(
     assert three != four  # each seed its own draw, every method of a seed on it
     assert "each seed its own draw of criteo-synth" in text
     assert f"3 `{three[:12]}`" in text and f"4 `{four[:12]}`" in text
+    # the regime table: the seeds' draws as one row, every draw's figures kept for regeneration
+    (draws,) = [line for line in text.splitlines() if line.startswith("| criteo-synth")]
+    assert "2 draws (one per seed)" in draws and " to " in draws  # the draws' tails differ
+    assert {three, four} <= set(json.loads((out / "runs" / "regime.json").read_text()))
+    assert "a draw per seed: each figure from its lowest to its highest draw" in text
 
     tuned = read_tuned("tiny", "standard")
     qr_row = next(
@@ -68,3 +73,5 @@ def test_a_report_names_each_seeds_draw_and_the_tuned_values(
     (one,) = {p for ps in stored_fingerprints(tmp_path / "quick").values() for p in ps}
     assert f"one draw of criteo-synth for every seed (fingerprint `{one[:12]}`)" in quick
     assert "Tuned values" not in quick  # the quick profile tunes nothing
+    (one_draw,) = [line for line in quick.splitlines() if line.startswith("| criteo-synth")]
+    assert "draws (one per seed)" not in one_draw and " to " not in one_draw

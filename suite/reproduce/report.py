@@ -358,13 +358,19 @@ def claims_section(outcomes: list[ClaimOutcome], papers: list[str] | None = None
     return lines
 
 
+PER_SEED_NOTE = "draws (one per seed)"
+
+
 def regime_lines(regime: list[dict] | None) -> list[str]:
     """The regime table at the report's top, with a line on what it shows."""
     if not regime:
         return []
+    per_seed = any(str(row.get("data", "")).endswith(PER_SEED_NOTE) for row in regime)
+    ranges = "; a draw per seed: each figure from its lowest to its highest draw"
     return [
         "Data regime: the data these verdicts rest on, beside the papers' datasets (the "
-        "`characterize` task's figures on the first 4M training lookups; '-' where unknown).",
+        "`characterize` task's figures on the first 4M training lookups; '-' where unknown"
+        f"{ranges if per_seed else ''}).",
         "",
         table(regime),
         "",
@@ -403,35 +409,70 @@ METHOD_TEXT = (
 
 
 REGIME_FILE = "regime.json"
+PER_SEED_DRAWS = "draws per seed"
 
 
 def regime_rows_of(reproduction: Reproduction, report_dir: str | Path | None) -> list[dict]:
     """The regime table (``suite.reproduce.regime_stats``): each distinct training dataset of the
-    reproduction's runs, then the papers' datasets. Rows are kept in
+    reproduction's runs, then the papers' datasets. Under a draw per seed the seeds' draws
+    make one row, each figure the range over the draws. Rows are kept in
     ``<report dir>/runs/regime.json`` by data fingerprint, so a regenerated report reads
     them without preparing the data again."""
     cache_path = Path(report_dir) / "runs" / REGIME_FILE if report_dir else None
     cache: dict[str, list[dict]] = {}
     if cache_path and cache_path.is_file():
         cache = json.loads(cache_path.read_text(encoding="utf-8"))
-    own: list[dict] = []
+    draws: dict[str, dict[str, dict]] = {}  # a row's key -> fingerprint -> that draw's row
     references: list[dict] = []
-    seen: set[str] = set()
     for paper in reproduction.papers:
         for rec in paper.runs.values():
-            result = next(iter(rec.results.values()), None)
-            fingerprint = result.data_fingerprint if result else ""
-            if not fingerprint or fingerprint in seen or rec.config.task.name != "accuracy":
+            if rec.config.task.name != "accuracy":
                 continue
-            seen.add(fingerprint)
-            if fingerprint not in cache:
-                data = get_prepared(rec.config.dataset, progress=False)
-                cache[fingerprint] = regime_rows(data, _dataset_label(rec.config.dataset))
-            own.append(cache[fingerprint][0])
-            references = cache[fingerprint][1:]  # the papers' datasets, the same every time
-    if own and cache_path and cache_path.parent.is_dir():
+            per_seed = rec.config.dataset.options.get("draw") == "per_seed"
+            label = _dataset_label(rec.config.dataset)
+            results = rec.results if per_seed else dict(list(rec.results.items())[:1])
+            for seed, result in results.items():
+                fingerprint = result.data_fingerprint
+                if not fingerprint or any(fingerprint in rows for rows in draws.values()):
+                    continue
+                if fingerprint not in cache:
+                    dataset = _seed_dataset(rec.config.dataset, seed)
+                    data = get_prepared(dataset, progress=False)
+                    cache[fingerprint] = regime_rows(data, label)
+                key = f"{label}, {PER_SEED_DRAWS}" if per_seed else fingerprint
+                draws.setdefault(key, {})[fingerprint] = cache[fingerprint][0]
+                references = cache[fingerprint][1:]  # the papers' datasets, the same every time
+    if draws and cache_path and cache_path.parent.is_dir():
         write_text_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
-    return own + references
+    return [_draws_row(key, list(rows.values())) for key, rows in draws.items()] + references
+
+
+def _seed_dataset(dataset: Any, seed: int) -> Any:
+    """``dataset`` as seed ``seed`` trained on (its ``draw_seed`` under a draw per seed)."""
+    if dataset.options.get("draw") != "per_seed":
+        return dataset
+    return dataset.model_copy(update={"options": {**dataset.options, "draw_seed": seed}})
+
+
+def _draws_row(key: str, rows: list[dict]) -> dict:
+    """The regime row of ``rows``: one fixed draw's row as it is; the draws of a draw per
+    seed (``key`` their dataset's label) as one row, a cell they share as it is and one
+    they differ in as its lowest to highest value."""
+    if not key.endswith(PER_SEED_DRAWS):
+        return rows[0]
+    merged = {"data": f"{key.removesuffix(PER_SEED_DRAWS)}{len(rows)} {PER_SEED_NOTE}"}
+    for column in rows[0]:
+        if column != "data":
+            cells = sorted({str(r.get(column, "-")) for r in rows}, key=_cell_number)
+            merged[column] = cells[0] if len(cells) == 1 else f"{cells[0]} to {cells[-1]}"
+    return merged
+
+
+def _cell_number(cell: str) -> float:
+    """A table cell's leading number ('73.3%' -> 73.3, '1,450,000' -> 1450000.0); inf where
+    it has none, so unreadable cells sort last."""
+    found = re.match(r"-?[\d,]*\.?\d+", cell.strip())
+    return float(found.group().replace(",", "")) if found else math.inf
 
 
 def _dataset_label(spec: Any) -> str:
