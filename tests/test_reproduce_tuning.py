@@ -211,6 +211,24 @@ def test_a_tune_that_stops_partway_keeps_the_studies_it_finished(
 def test_retune_without_tune_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["reproduce", "--profile", "standard", "--retune"]) != 0
     assert "--retune: only with --tune" in capsys.readouterr().err
+    assert main(["reproduce", "--profile", "standard", "--storage", "sqlite:///x.db"]) != 0
+    assert "--storage: only with --tune" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--plan"], ["--from-results"], ["--claim", "c", "--out", "x"], ["--rerun", "a/b"]],
+)
+def test_tune_refuses_the_flags_it_would_ignore(
+    flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--tune --plan`` once started hours of studies instead of printing a plan."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "--profile", "standard", "--tune", *flags]) == 2
+    err = capsys.readouterr().err
+    named = [f for f in flags if f.startswith("--")]
+    assert f"{', '.join(named)}: not with --tune" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing tuned, nothing written
 
 
 def test_an_untuned_profile_is_unchanged_by_a_tuning_block(tmp_path: Path) -> None:

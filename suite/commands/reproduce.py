@@ -131,11 +131,38 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
-def handle(args: argparse.Namespace) -> int:
-    if args.retune and not args.tune:
-        from suite.errors import ConfigError
+def not_for_tuning(args: argparse.Namespace) -> list[str]:
+    """The flags given that ``--tune`` does not honour (it runs the studies and writes the
+    tuned values: no jobs, report, plan or stored results)."""
+    given = {
+        "--claim": bool(args.claim),
+        "--out": args.out is not None,
+        "--list": args.list,
+        "--executor": args.executor != "local",
+        "--address": args.address is not None,
+        "--from-results": args.from_results is not None,
+        "--finished-seeds": args.finished_seeds,
+        "--rerun": args.rerun is not None,
+        "--seed": args.seed is not None,
+        "--plan": args.plan,
+    }
+    return [flag for flag, present in given.items() if present]
 
+
+def handle(args: argparse.Namespace) -> int:
+    from suite.errors import ConfigError
+
+    if args.retune and not args.tune:
         raise ConfigError("--retune: only with --tune (it says which runs --tune tunes again)")
+    if args.storage and not args.tune:
+        raise ConfigError("--storage: only with --tune (it is where the studies are kept)")
+    ignored = not_for_tuning(args) if args.tune else []
+    if ignored:
+        raise ConfigError(
+            f"{', '.join(ignored)}: not with --tune, which runs the profile's tuning studies "
+            "and writes their tuned values (run the command without --tune for the "
+            "reproduction itself)"
+        )
     if args.tune:
         from suite.commands.tune import handle_tune
 
@@ -269,10 +296,10 @@ def print_plan(args: argparse.Namespace, overrides: dict, regime: RegimeSetup | 
     from suite.reproduce.costs import plan_costs, shape_cardinalities
     from suite.reproduce.plan import build_plan
 
-    if args.from_results is not None or args.rerun or args.tune:
+    if args.from_results is not None or args.rerun:
         from suite.errors import ConfigError
 
-        raise ConfigError("--plan: not with --from-results, --rerun or --tune (it trains nothing)")
+        raise ConfigError("--plan: not with --from-results or --rerun (it trains nothing)")
     from suite.reproduce.regime_runs import load_regimes, regime_plans
 
     if regime is not None:
