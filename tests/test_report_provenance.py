@@ -52,6 +52,11 @@ def test_a_report_names_each_seeds_draw_and_the_tuned_values(
     (three,), (four,) = prints[3], prints[4]
     assert three != four  # each seed its own draw, every method of a seed on it
     assert "each seed its own draw of criteo-synth" in text
+    # each seed scored its own test set: its DeLong noise its own, none shared between seeds
+    assert "the seeds share no test-set variance" in text
+    assert "test-set noise left out" not in text and "shared variance" not in text
+    noise = json.loads((out / "runs" / "noise.json").read_text())["pairs"]
+    assert noise and all(set(e["covariances"].values()) == {0.0} for e in noise)
     assert f"3 `{three[:12]}`" in text and f"4 `{four[:12]}`" in text
     # the regime table: the seeds' draws as one row, every draw's figures kept for regeneration
     (draws,) = [line for line in text.splitlines() if line.startswith("| criteo-synth")]

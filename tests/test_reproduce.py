@@ -534,6 +534,49 @@ def test_seeds_judged_in_different_sittings_share_the_variance_of_the_pairs_judg
     assert shared_of(apart, [0, 1, 2, 3]) == (pytest.approx(float(np.mean(per_seed))), 0)
 
 
+def test_seeds_that_each_drew_their_own_test_set_share_no_test_variance() -> None:
+    """Under a draw per seed each seed scores its own test set: each seed's DeLong variance
+    and p are its own test set's alone, its covariance with every other seed is 0 (in
+    every sitting), so the shared variance is 0 over all pairs; a mix of shared and own
+    test sets, or two runs of one seed on different examples, gives no noise."""
+    from suite.reproduce.claims import merge_noise, pair_noise, shared_of
+
+    rng = np.random.default_rng(2)
+    kept = {}
+    for seed in range(3):
+        labels = rng.integers(0, 2, 500).astype(np.uint8)  # this seed's own sample
+        for run in "ab":
+            kept[(run, seed)] = (
+                labels,
+                labels * (1.0 if run == "a" else 0.7) + rng.normal(size=500),
+            )
+
+    def predictions(run: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        return kept.get((run, seed))
+
+    together = pair_noise(predictions, "a", "b", [0, 1, 2])
+    assert together is not None and set(together) == {0, 1, 2}
+    for seed in range(3):
+        alone = pair_noise(
+            lambda r, s, seed=seed: kept[(r, s)] if s == seed else None, "a", "b", [seed]
+        )
+        assert together[seed].variance == pytest.approx(alone[seed].variance)
+        assert together[seed].p_value == pytest.approx(alone[seed].p_value)
+        assert together[seed].covariances == {s: 0.0 for s in range(3) if s != seed}
+        assert together[seed].shared == 0.0 and together[seed].shared_pairs == 3
+    # seeds judged in different sittings still share nothing, over every pair
+    first = pair_noise(lambda r, s: kept[(r, s)] if s < 2 else None, "a", "b", [0, 1, 2])
+    second = pair_noise(lambda r, s: kept[(r, s)] if s == 2 else None, "a", "b", [0, 1, 2])
+    merged = {s: merge_noise(first.get(s), second.get(s)) for s in range(3)}
+    assert shared_of(merged, [0, 1, 2]) == (0.0, 3)
+
+    own = kept[("a", 2)]
+    kept[("a", 2)] = kept[("a", 0)]  # seed 2's runs on different examples
+    assert pair_noise(predictions, "a", "b", [0, 1, 2]) is None
+    kept[("a", 2)], kept[("b", 2)] = (kept[("a", 0)][0], own[1]), (kept[("a", 0)][0], own[1])
+    assert pair_noise(predictions, "a", "b", [0, 1, 2]) is None  # seeds 0 and 2 share a set
+
+
 def test_a_noise_file_of_all_seeds_judged_at_once_reads_as_it_was_judged(tmp_path: Path) -> None:
     """Noise files written before the covariances were kept carry each pair's shared
     variance in every seed's entry; read back, the lookup gives that figure over all pairs."""

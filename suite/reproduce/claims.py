@@ -180,33 +180,68 @@ def pair_noise(
     components: Components | None = None,
 ) -> dict[int, PairNoise] | None:
     """Each seed's :class:`PairNoise` of ``AUC(left) - AUC(right)`` (``AUC(left)`` where
-    ``right`` is empty), for the seeds of ``seeds`` whose predictions of both runs are here,
-    judged together (the covariances between them, ``shared`` from all their pairs); None
-    where no seed has them all or the runs differ in examples. ``components``: where each
-    run's structural components come from (default: computed here)."""
+    ``right`` is empty), for the seeds of ``seeds`` whose predictions of both runs are here;
+    None where no seed has them all or the runs of one seed scored different examples.
+    Seeds that share one test set are judged together (the covariances between them,
+    ``shared`` from all their pairs). Seeds that each scored their own test set (a draw per
+    seed: each seed generates its own sample) are independent: each seed is judged alone
+    and its covariance with every other seed of ``seeds`` is 0, so the shared variance is
+    0 and the seeds' spread carries the test sets' noise. A mix of the two is None.
+    ``components``: where each run's structural components come from (default: computed
+    here)."""
     runs = [left, right] if right else [left]
     found = {seed: [predictions(run, seed) for run in runs] for seed in seeds}
     present = [seed for seed in seeds if all(f is not None for f in found[seed])]
     if not present:
         return None
-    order = [(run, seed) for run in runs for seed in present]
-    kept = [found[seed][runs.index(run)] for run, seed in order]
-    labels = kept[0][0]  # type: ignore[index]
-    if any(f[0].shape != labels.shape or not np.array_equal(f[0], labels) for f in kept):  # type: ignore[index]
+    kept = {seed: [f for f in found[seed] if f is not None] for seed in present}
+    labels = {seed: kept[seed][0][0] for seed in present}
+    if any(not _same(f[0], labels[seed]) for seed in present for f in kept[seed]):
         return None
-    of = components or (lambda run, seed, y, x: tuple(c[0] for c in auc_components(y, x[None])))
-    parts = [of(run, seed, labels, f[1]) for (run, seed), f in zip(order, kept, strict=True)]  # type: ignore[index]
-    v10, v01 = np.vstack([p[0] for p in parts]), np.vstack([p[1] for p in parts])
-    d = seed_covariance(components_covariance(v10, v01), len(present), paired=bool(right))
-    aucs = v10.mean(axis=1)
-    n = len(present)
-    entries = {}
-    for i, seed in enumerate(present):
-        p = _normal_p(aucs[i] - aucs[n + i], d[i, i]) if right else math.nan
-        others = {s: float(d[i, j]) for j, s in enumerate(present) if j != i}
-        entries[seed] = PairNoise(float(d[i, i]), p, len(labels), covariances=others)
+    first = labels[present[0]]
+    if all(_same(labels[seed], first) for seed in present):
+        entries = _judged_together(runs, present, kept, components)
+    elif all(
+        not _same(labels[a], labels[b]) for i, a in enumerate(present) for b in present[i + 1 :]
+    ):
+        entries = {}
+        for seed in present:
+            alone = _judged_together(runs, [seed], kept, components)[seed]
+            others = {s: 0.0 for s in seeds if s != seed}
+            entries[seed] = replace(alone, covariances=others)
+    else:
+        return None
     shared, pairs = shared_of(entries, present)
     return {s: replace(e, shared=shared, shared_pairs=pairs) for s, e in entries.items()}
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+def _judged_together(
+    runs: list[str],
+    seeds: list[int],
+    kept: dict[int, list[tuple[np.ndarray, np.ndarray]]],
+    components: Components | None,
+) -> dict[int, PairNoise]:
+    """The :class:`PairNoise` of each of ``seeds``, whose runs all scored one test set
+    (``kept[seed]``: each run's ``(labels [N], logits [N])``), with the covariances between
+    them (``shared`` left to the caller)."""
+    order = [(run, seed) for run in runs for seed in seeds]
+    labels = kept[seeds[0]][0][0]
+    of = components or (lambda run, seed, y, x: tuple(c[0] for c in auc_components(y, x[None])))
+    parts = [of(run, seed, labels, kept[seed][runs.index(run)][1]) for run, seed in order]
+    v10, v01 = np.vstack([p[0] for p in parts]), np.vstack([p[1] for p in parts])
+    d = seed_covariance(components_covariance(v10, v01), len(seeds), paired=len(runs) == 2)
+    aucs = v10.mean(axis=1)
+    n = len(seeds)
+    entries = {}
+    for i, seed in enumerate(seeds):
+        p = _normal_p(aucs[i] - aucs[n + i], d[i, i]) if len(runs) == 2 else math.nan
+        others = {s: float(d[i, j]) for j, s in enumerate(seeds) if j != i}
+        entries[seed] = PairNoise(float(d[i, i]), p, len(labels), covariances=others)
+    return entries
 
 
 def _normal_p(difference: float, variance: float) -> float:

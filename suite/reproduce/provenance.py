@@ -62,7 +62,9 @@ def data_line(outcome: PaperOutcome) -> str:
         return (
             f"Data: each seed its own draw of {dataset.name} (teacher and sample, "
             "`draw: per_seed`), shared by the methods of that seed, so the seeds' spread "
-            f"carries the data draw's variance. Fingerprints by seed: {each}{unpaired}."
+            "carries the data draw's variance and the test set's sampling noise (each seed "
+            "scores its own test set: the seeds share no test-set variance, and each DeLong "
+            f"p is its seed's own). Fingerprints by seed: {each}{unpaired}."
         )
     return (
         f"Data: one draw of {dataset.name} for every seed (fingerprint {short}): the "
