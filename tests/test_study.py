@@ -408,6 +408,36 @@ def test_single_objective_with_memory_budget_prunes_and_marks_infeasible(tmp_pat
     )
 
 
+def test_a_study_resumed_without_its_tracking_store_continues_under_a_new_parent(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A study's committed storage resumed on a fresh clone (its MLflow store left on the
+    machine that started it) finishes its budget under a new parent run in this store,
+    which names the parent it continues; the study keeps every earlier parent."""
+    from suite.studies.tracking import CONTINUES_TAG, EARLIER_PARENTS_ATTR, PARENT_ATTR
+
+    data = tiny_study(tmp_path, name="moved", n_trials=2)
+    data["objectives"] = [{"metric": "val_auc", "direction": "maximize"}]
+    url = f"sqlite:///{tmp_path / 'moved.db'}"
+    first = run_study(load_study_spec(write_study(tmp_path, data)), storage=url, quiet=True)
+    other = f"sqlite:///{tmp_path / 'elsewhere' / 'mlflow.db'}"
+    data["base"]["tracking"]["uri"] = other
+    data["budget"]["n_trials"] = 3
+    capsys.readouterr()
+    again = run_study(load_study_spec(write_study(tmp_path, data)), storage=url, quiet=True)
+    err = capsys.readouterr().err
+    assert f"its MLflow parent run {first.parent_run_id} is not in the tracking store" in err
+    assert "its 2 finished trials stay in the Optuna storage" in err
+    assert again.parent_run_id and again.parent_run_id != first.parent_run_id
+    study = optuna.load_study(study_name="moved", storage=url)
+    assert study.user_attrs[PARENT_ATTR] == again.parent_run_id
+    assert study.user_attrs[EARLIER_PARENTS_ATTR] == [first.parent_run_id]
+    assert sum(t.state == TrialState.COMPLETE for t in study.trials) == 3
+    parent = client_for(other).get_run(again.parent_run_id)
+    assert parent.data.tags[CONTINUES_TAG] == first.parent_run_id
+    assert parent.info.status == "FINISHED"  # the budget is done: nothing left RUNNING
+
+
 # --- Optuna as its users expect -------------------------------------------------------
 
 

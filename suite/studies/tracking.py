@@ -2,20 +2,24 @@
 
 The parent is tagged ``suite.study_parent=<name>`` (how to find studies in the
 experiment) and its run id is stored in the Optuna study's user attrs, so every worker
-and every later session of the same study, on any machine, uses the same parent. It is
-created by the process that created the Optuna study (``create_study`` is atomic in
-every storage) before any worker starts, so workers never race to create it. Children
+and every later session of the same study, on any machine sharing its tracking store, uses
+the same parent. It is created by the process that created the Optuna study
+(``create_study`` is atomic in every storage) before any worker starts, so workers never
+race to create it. A study resumed where its parent is not in the tracking store (its
+storage committed and resumed on a fresh clone, without the machine's MLflow store)
+gets a new parent there, tagged with the one it continues, every earlier parent kept in
+the study's user attrs (:data:`EARLIER_PARENTS_ATTR`), and says so on stderr. Children
 are ordinary runs made by :func:`suite.runs.single.execute` with
 the parent-run tag and the tags ``suite.study`` and ``suite.trial``.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from suite.errors import SuiteError
 from suite.tracking import PARENT_RUN_TAG, RunStore, Tracker, resolve_tracking_uri
 
 PARENT_TAG = "suite.study_parent"
@@ -23,6 +27,8 @@ STUDY_TAG = "suite.study"
 TRIAL_TAG = "suite.trial"
 TRIAL_STATE_TAG = "suite.trial_state"
 PARENT_ATTR = "suite:mlflow_parent_run_id"
+EARLIER_PARENTS_ATTR = "suite:mlflow_earlier_parent_runs"
+CONTINUES_TAG = "suite.study_continues_parent"
 PARENT_WAIT_S = 30.0
 
 
@@ -55,12 +61,32 @@ def ensure_parent_run(
     try:
         run = store.run(run_id)
     except Exception:
-        raise SuiteError(
-            f"study {study.study_name!r}: its MLflow parent run {run_id} is not in the tracking "
-            f"store {resolve_tracking_uri(uri)}; resume it with the tracking URI it started with"
-        ) from None
+        return _continue_parent(study, run_id, uri, experiment, tags)
     if run.info.status != "RUNNING":
         store.reopen(run_id)
+    return run_id
+
+
+def _continue_parent(
+    study: Any, earlier: str, uri: str | None, experiment: str, tags: dict[str, str]
+) -> str:
+    """A new parent run in this tracking store for a study whose parent ``earlier`` is in
+    another (the storage travelled without it): tagged with ``earlier``, recorded as the
+    study's parent with ``earlier`` appended to :data:`EARLIER_PARENTS_ATTR`."""
+    finished = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+    run_id = create_parent_run(uri, experiment, study.study_name, {**tags, CONTINUES_TAG: earlier})
+    study.set_user_attr(
+        EARLIER_PARENTS_ATTR, [*study.user_attrs.get(EARLIER_PARENTS_ATTR, []), earlier]
+    )
+    study.set_user_attr(PARENT_ATTR, run_id)
+    print(
+        f"study {study.study_name!r}: its MLflow parent run {earlier} is not in the tracking "
+        f"store {resolve_tracking_uri(uri)} (the storage came from another machine, or "
+        f"another --tracking-uri); its {finished} finished trials stay in the Optuna storage "
+        f"and the trials from here log under a new parent run {run_id}",
+        file=sys.stderr,
+        flush=True,
+    )
     return run_id
 
 
