@@ -154,6 +154,14 @@ class DatasetSpec(ComponentSpec):
             )
         return self
 
+    def drawn_by(self, seed: int) -> DatasetSpec:
+        """This dataset as a run of seed ``seed`` trains on it: under ``options.draw:
+        per_seed`` the seed is its ``draw_seed`` too (each seed its own teacher and sample);
+        otherwise itself."""
+        if self.options.get("draw") != "per_seed" or self.options.get("draw_seed") == seed:
+            return self
+        return self.model_copy(update={"options": {**self.options, "draw_seed": seed}})
+
 
 # The most torch threads a config may ask for on any machine (the run refuses more than 4
 # per usable CPU of the machine it runs on; thousands of OpenMP threads crash the process).
@@ -300,12 +308,7 @@ class RunConfig(Frozen):
         """``dataset.options.draw: per_seed``: the run's seed draws the data too, as the
         dataset's ``draw_seed``, so each seed's prepared data (cache key, fingerprint) is
         its own and the methods of one seed share theirs."""
-        options = self.dataset.options
-        if options.get("draw") == "per_seed" and options.get("draw_seed") != self.seed:
-            dataset = self.dataset.model_copy(
-                update={"options": {**options, "draw_seed": self.seed}}
-            )
-            object.__setattr__(self, "dataset", dataset)
+        object.__setattr__(self, "dataset", self.dataset.drawn_by(self.seed))
         return self
 
     def identity(self) -> dict[str, Any]:

@@ -436,8 +436,7 @@ def regime_rows_of(reproduction: Reproduction, report_dir: str | Path | None) ->
                 if not fingerprint or any(fingerprint in rows for rows in draws.values()):
                     continue
                 if fingerprint not in cache:
-                    dataset = _seed_dataset(rec.config.dataset, seed)
-                    data = get_prepared(dataset, progress=False)
+                    data = get_prepared(rec.config.dataset.drawn_by(seed), progress=False)
                     cache[fingerprint] = regime_rows(data, label)
                 key = f"{label}, {PER_SEED_DRAWS}" if per_seed else fingerprint
                 draws.setdefault(key, {})[fingerprint] = cache[fingerprint][0]
@@ -445,13 +444,6 @@ def regime_rows_of(reproduction: Reproduction, report_dir: str | Path | None) ->
     if draws and cache_path and cache_path.parent.is_dir():
         write_text_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
     return [_draws_row(key, list(rows.values())) for key, rows in draws.items()] + references
-
-
-def _seed_dataset(dataset: Any, seed: int) -> Any:
-    """``dataset`` as seed ``seed`` trained on (its ``draw_seed`` under a draw per seed)."""
-    if dataset.options.get("draw") != "per_seed":
-        return dataset
-    return dataset.model_copy(update={"options": {**dataset.options, "draw_seed": seed}})
 
 
 def _draws_row(key: str, rows: list[dict]) -> dict:
