@@ -323,7 +323,7 @@ def plan_lines(title: str, plan: ReproductionPlan, costs: PlanCosts) -> list[str
     jobs alike) and the totals."""
     from tabulate import tabulate
 
-    from suite.reproduce.costs import max_concurrent, rate_advice, shared_memory_jobs
+    from suite.reproduce.costs import rate_advice, shared_memory_jobs
     from suite.units import human_bytes, human_count, human_duration
 
     runs = costs.runs
@@ -383,12 +383,12 @@ def plan_lines(title: str, plan: ReproductionPlan, costs: PlanCosts) -> list[str
     )
     shared = shared_memory_jobs(costs)
     if shared is not None:
-        largest, together, available, _ = shared
-        fitting = max_concurrent(largest, available)
-        verdict = "fit" if fitting >= len(largest) else f"DO NOT FIT: use --workers {fitting}"
+        fitting = shared.fitting
+        verdict = "fit" if fitting >= len(shared.jobs) else f"DO NOT FIT: use --workers {fitting}"
         lines.append(
-            f"memory on the cpu's {costs.workers} workers: the {len(largest)} largest jobs "
-            f"together {human_bytes(together)} of {human_bytes(available)}: {verdict}"
+            f"memory on the cpu's {costs.workers} workers: the {len(shared.jobs)} largest "
+            f"jobs together {human_bytes(shared.together)} of "
+            f"{human_bytes(shared.available)}: {verdict}"
         )
     device_h = costs.device_seconds / 3600
     lines.append(

@@ -549,33 +549,45 @@ def check_fit(costs: PlanCosts) -> None:
     shared = shared_memory_jobs(costs)
     if shared is None:
         return
-    jobs, together, available, source = shared
-    fitting = max_concurrent(jobs, available)
-    if len(jobs) > fitting:
+    jobs, together, available = shared.jobs, shared.together, shared.available
+    if len(jobs) > shared.fitting:
         raise ConfigError(
             f"device: {len(jobs)} workers may run the {len(jobs)} largest jobs at once "
             f"({', '.join(dict.fromkeys(r.label for r in jobs))}), needing "
             f"{human_bytes(together)} ({together:,} bytes), but the cpu has "
-            f"{human_bytes(available)} ({available:,} bytes, {source}); use --workers "
-            f"{fitting} or fewer; nothing was trained"
+            f"{human_bytes(available)} ({available:,} bytes, {shared.source}); use "
+            f"--workers {shared.fitting} or fewer; nothing was trained"
         )
 
 
-def shared_memory_jobs(costs: PlanCosts) -> tuple[list[RunCost], int, int, str] | None:
-    """The CPU jobs that ``costs.workers`` workers may run at once at worst (the largest,
-    one per worker, a run's seeds counted apart), their summed memory, and the CPU's
-    memory and its source; None where no CPU job runs, one worker does, or the memory is
-    unknown."""
+@dataclass(frozen=True)
+class SharedMemory:
+    """The CPU jobs that the workers may run at once at worst, against the CPU's memory."""
+
+    jobs: list[RunCost]  # the largest, one per worker, a run's seeds counted apart
+    together: int  # their summed memory, bytes
+    available: int  # the CPU's memory, bytes
+    source: str  # where ``available`` was read
+
+    @property
+    def fitting(self) -> int:
+        """How many of the workers' jobs fit together (>= 1)."""
+        return max_concurrent(self.jobs, self.available)
+
+
+def shared_memory_jobs(costs: PlanCosts) -> SharedMemory | None:
+    """The CPU jobs that ``costs.workers`` workers may run at once at worst and the CPU's
+    memory; None where no CPU job runs, one worker does, or the memory is unknown."""
     cpu = [r for r in costs.runs if r.device.kind == "cpu"]
     if not cpu or costs.workers < 2 or cpu[0].device.available is None:
         return None
     jobs = sorted((r for r in cpu for _ in range(r.seeds)), key=lambda r: -r.memory.total)
     largest = jobs[: costs.workers]
-    return (
-        largest,
-        sum(r.memory.total for r in largest),
-        cpu[0].device.available,
-        cpu[0].device.source,
+    return SharedMemory(
+        jobs=largest,
+        together=sum(r.memory.total for r in largest),
+        available=cpu[0].device.available,
+        source=cpu[0].device.source,
     )
 
 
