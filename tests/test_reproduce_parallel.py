@@ -480,6 +480,29 @@ def test_jobs_run_seed_by_seed_so_a_stop_leaves_whole_seeds() -> None:
     assert runner.job_order(jobs, None)[: len(in_plan)] == in_plan
 
 
+def test_a_resume_finishes_the_seed_a_stop_left_part_way_first() -> None:
+    """A stop part way through seed 1 leaves some runs with seeds 0-1 stored and others
+    with seed 0 only; the jobs left, run-major, start with a later seed of the first run,
+    yet seed 1 must finish before seed 2 starts, so the next stop again leaves whole seeds."""
+    from suite.reproduce import runner
+    from suite.reproduce.plan import build_plan
+
+    plan = build_plan("quick", ["qr"])
+    keys = list(plan.runs)
+    assert len(plan.seeds) >= 3 and len(keys) >= 2
+    first, second = plan.seeds[0], plan.seeds[1]
+    stored = {(keys[0], first), (keys[0], second)} | {(k, first) for k in keys[1:]}
+    todo = [j for j in plan.jobs if (j.key, j.seed) not in stored]
+    assert todo[0].seed != second  # the first job left is a later seed of the first run
+    costs = {(j.key, j.seed): 1.0 for j in todo}
+
+    ordered = runner.job_order(todo, costs, seeds=list(plan.seeds))
+
+    expected = [s for s in plan.seeds if s != first]
+    assert list(dict.fromkeys(j.seed for j in ordered)) == expected
+    assert [j.seed for j in ordered] == sorted((j.seed for j in todo), key=plan.seeds.index)
+
+
 def test_reproduction_jobs_log_no_validation_curve_and_keep_their_config_hash() -> None:
     """The curve is MLflow's view of training, which no verdict reads; it is tracking, so
     turning it off leaves every job's config hash (and its stored results) as they were."""

@@ -63,6 +63,7 @@ def job_order(
     costs: dict[tuple[str, int], float] | None,
     pairs: set[tuple[str, str]] | None = None,
     by_group: bool = False,
+    seeds: list[int] | None = None,
 ) -> list[Job]:
     """The order to run ``jobs`` in. By default seed by seed, so a reproduction stopped
     part way (or too long for one sitting) leaves whole seeds, whose test-set noise it
@@ -77,9 +78,13 @@ def job_order(
     without, in plan order. ``by_group`` (a profile's ``order: groups``): each group
     under every seed, seed by seed, before the next group, so a sitting far shorter than
     a seed still judges several seeds of a group together (their covariances, which no
-    later sitting can compute without the predictions)."""
+    later sitting can compute without the predictions). ``seeds``: the plan's seed order
+    (default: the jobs' seeds in the order they first appear); on a resume, where each
+    run has its own stored seeds, it keeps the seed a stop left part way first."""
     group = _pair_groups([j.key for j in jobs], pairs or set())
-    order = {seed: i for i, seed in enumerate(dict.fromkeys(j.seed for j in jobs))}
+    present = {j.seed for j in jobs}
+    in_order = [s for s in seeds if s in present] if seeds is not None else []
+    order = {seed: i for i, seed in enumerate(dict.fromkeys([*in_order, *(j.seed for j in jobs)]))}
 
     def cost(job: Job) -> float:
         return costs[(job.key, job.seed)] if costs else 0.0
@@ -328,7 +333,7 @@ def reproduce(
     if workers > 1 or executor != "local":
         dirs = [d for d in (directory, Path("results") / plan.profile) if d is not None]
         costs = job_costs(todo, known_durations(todo, dirs))
-    todo = job_order(todo, costs, pairs, by_group=plan.groups_first)
+    todo = job_order(todo, costs, pairs, by_group=plan.groups_first, seeds=list(plan.seeds))
     first = next(iter(plan.runs.values())).config
     parent = start_parent(first, plan, command)
 
