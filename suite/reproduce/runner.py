@@ -82,9 +82,9 @@ def job_order(
     (default: the jobs' seeds in the order they first appear); on a resume, where each
     run has its own stored seeds, it keeps the seed a stop left part way first."""
     group = _pair_groups([j.key for j in jobs], pairs or set())
-    present = {j.seed for j in jobs}
-    in_order = [s for s in seeds if s in present] if seeds is not None else []
-    order = {seed: i for i, seed in enumerate(dict.fromkeys([*in_order, *(j.seed for j in jobs)]))}
+    order = {
+        seed: i for i, seed in enumerate(dict.fromkeys([*(seeds or []), *(j.seed for j in jobs)]))
+    }
 
     def cost(job: Job) -> float:
         return costs[(job.key, job.seed)] if costs else 0.0
